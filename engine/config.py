@@ -1,0 +1,82 @@
+"""The engine's configuration schema: flags, config files, and what the operator writes.
+
+It lives in a torch-free module because both sides use it: `llmop serve --config FILE` reads it,
+and the operator imports it to render the engine ConfigMap of every LLMDeployment it reconciles.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class AdapterSource(BaseModel):
+    """A LoRA adapter to load at start-up: a name requests select it by, and a PEFT directory."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+    source: str = Field(min_length=1, description="Path to a PEFT adapter directory")
+    pinned: bool = False
+
+
+class EngineConfig(BaseModel):
+    """Everything one engine process needs; every field has a default that runs on a laptop CPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(
+        None, description="HF checkpoint directory or GGUF file; None means the embedded SmolLM2-135M"
+    )
+    served_model_name: str | None = Field(None, description="Name clients use in `model`")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    tensor_parallel_size: int = Field(1, ge=1)
+    seed: int = 0
+
+    # Limits.
+    max_model_len: int | None = Field(None, ge=16, description="Defaults to the model's context")
+    max_num_seqs: int = Field(32, ge=1, le=4096)
+    max_num_batched_tokens: int = Field(1024, ge=16)
+
+    # KV cache: a byte budget, or a fraction of free device memory (CPU: of available RAM).
+    block_size: int = Field(16, ge=1, le=256)
+    kv_cache_memory_bytes: int | None = Field(None, ge=1)
+    kv_cache_memory_fraction: float = Field(0.2, gt=0.0, le=0.95)
+
+    # Backends, chosen by name; "auto" picks Triton on CUDA and torch on the CPU.
+    attention_backend: Literal["auto", "torch", "triton"] = "auto"
+    lora_backend: Literal["auto", "torch", "triton"] = "auto"
+
+    # Multi-LoRA.
+    max_loras: int = Field(4, ge=0)
+    max_cpu_loras: int = Field(64, ge=0)
+    max_lora_rank: int = Field(64, ge=1)
+    adapters: list[AdapterSource] = Field(default_factory=list)
+
+    # Server and admission control.
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    max_waiting_requests: int = Field(256, ge=1, description="Beyond this, 429 with Retry-After")
+    queue_timeout_s: float = Field(60.0, gt=0, description="A request waiting longer gets 503")
+    max_prompt_tokens: int | None = Field(None, ge=1, description="Defaults to max_model_len")
+    max_request_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    drain_timeout_s: float = Field(30.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "EngineConfig":
+        if self.max_loras > self.max_cpu_loras and self.max_cpu_loras > 0:
+            raise ValueError("max_loras must not exceed max_cpu_loras")
+        return self
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "EngineConfig":
+        """Read a YAML or JSON config file (JSON is YAML)."""
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        return cls.model_validate(data)
+
+    def to_yaml(self) -> str:
+        """The config file the operator writes into the engine ConfigMap."""
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=True)

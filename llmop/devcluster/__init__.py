@@ -1,0 +1,1 @@
+"""A real Kubernetes control plane on this machine, built from Go modules, for tests and the demo."""

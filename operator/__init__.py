@@ -1,0 +1,1 @@
+"""The llmop Kubernetes operator (kopf). Never imports torch."""
