@@ -273,7 +273,7 @@ class AutoscalingStatus(_Model):
     """What the autoscaler saw and decided; written to status.autoscaling on every tick."""
 
     signal_seconds: float | None = Field(
-        None, description="Aggregated queue-wait signal over ready pods (max of per-pod signals)."
+        None, description="Aggregated queue-wait signal: mean of the per-pod signals of ready pods."
     )
     target_queue_wait_seconds: float | None = Field(None, description="Target it was compared with.")
     current_replicas: int | None = Field(None, description="Replicas in /scale when it decided.")
@@ -284,6 +284,16 @@ class AutoscalingStatus(_Model):
     last_scale_time: str | None = Field(None, description="When replicas were last changed.")
     last_scale_up_time: float | None = Field(None, description="Unix time of the last scale-up.")
     last_scale_down_time: float | None = Field(None, description="Unix time of the last scale-down.")
+    capacity_per_pod_rps: float | None = Field(
+        None,
+        description=(
+            "Learned requests/s one pod admits when saturated; scale-down never goes below the "
+            "replicas this says the current load needs."
+        ),
+    )
+    observing_since: float | None = Field(
+        None, description="Unix time recommendations started; scale-down needs a full window."
+    )
     history: list[Decision] = Field(
         default_factory=list, description="Recent replica changes, newest last (bounded)."
     )

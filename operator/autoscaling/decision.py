@@ -1,0 +1,307 @@
+"""The autoscaling decision: per-pod queue-wait samples and the recent past in, desired replicas out.
+
+A pure function over frozen dataclasses, so every rule is a row in a table test and the simulator
+in bench/ runs exactly the code the operator runs.
+
+The signal combines what has happened and what is happening. What has happened: the mean queue
+wait of the requests a pod admitted during the window, from the deltas of the queue-time histogram's
+`_sum` and `_count` counters. What is happening: the age of the oldest request still waiting, which
+rises at once when the queue stalls, while the histogram sees nothing until requests leave the queue.
+A pod's signal is the larger of the two; the fleet's signal is the mean over ready, scraped pods.
+
+Then, in order:
+- bounds first: replicas outside [min, max] move to the bound whatever the metrics say;
+- no ready pod scraped → hold (a missing scrape is not a zero);
+- within 1 ± tolerance of the target → recommend the current count (no flapping near the target);
+- otherwise recommend ceil(pods × signal / target), where pods counts only ready, scraped pods
+  (starting pods are not capacity);
+- scale-down never goes below what the load needs at the learned per-pod capacity: queue wait is
+  ~0 until a pod saturates and then grows without bound, so a low signal does not say how much
+  capacity is spare; the admission rate of saturated pods does (see `Capacity`);
+- stabilization: scale up to the lowest recommendation of the up window, down to the highest of
+  the (longer) down window;
+- scale-down waits while a pod is unready or unscraped (its load is unknown);
+- rate limits: at most max(replicas, percent) per step, and a least period between moves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+# Scale-down keeps pods below this share of their learned saturation throughput: with continuous
+# batching queue wait stays near zero up to the knee and explodes past it.
+MAX_UTILIZATION = 0.9
+
+
+@dataclass(frozen=True)
+class PodSample:
+    """One pod's (or scrape target's) metrics over the window ending now.
+
+    `queue_time_sum_delta`/`queue_time_count_delta` are deltas of the queue-time histogram's
+    counters over `window_seconds`; None when the pod was not scraped (or has no earlier sample).
+    """
+
+    name: str
+    ready: bool
+    scraped: bool
+    queue_time_sum_delta: float | None = None
+    queue_time_count_delta: float | None = None
+    window_seconds: float | None = None
+    oldest_waiting_age: float | None = None
+    waiting: float | None = None
+    running: float | None = None
+
+    @property
+    def mean_queue_wait(self) -> float | None:
+        """Mean queue wait of the requests admitted in the window; None when none were admitted."""
+        if not self.scraped or not self.queue_time_count_delta or self.queue_time_count_delta <= 0:
+            return None
+        return max(0.0, (self.queue_time_sum_delta or 0.0) / self.queue_time_count_delta)
+
+    @property
+    def admission_rate(self) -> float | None:
+        """Requests per second this pod took out of its queue during the window."""
+        if not self.scraped or self.queue_time_count_delta is None or not self.window_seconds:
+            return None
+        return max(0.0, self.queue_time_count_delta) / self.window_seconds
+
+    @property
+    def signal(self) -> float | None:
+        """max(windowed mean, oldest waiting age); None when not scraped; 0 for an idle pod."""
+        if not self.scraped:
+            return None
+        return max(self.mean_queue_wait or 0.0, self.oldest_waiting_age or 0.0)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Stabilization and rate limits for one direction."""
+
+    window_seconds: float
+    max_replicas_per_step: int
+    max_percent_per_step: int
+    period_seconds: float
+
+    def step(self, current: int) -> int:
+        """Most replicas one move may add or remove from `current`."""
+        return max(self.max_replicas_per_step, math.ceil(current * self.max_percent_per_step / 100))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The knobs of spec.autoscaling the decision needs, in plain numbers."""
+
+    min_replicas: int = 1
+    max_replicas: int = 4
+    target: float = 0.2
+    tolerance: float = 0.1
+    up: Rules = Rules(0, 4, 100, 15)
+    down: Rules = Rules(300, 1, 10, 60)
+
+    @classmethod
+    def from_spec(cls, spec) -> "Policy":
+        """Build from an `AutoscalingSpec` (kept duck-typed so this module needs no pydantic)."""
+
+        def rules(r) -> Rules:
+            return Rules(
+                r.stabilization_window_seconds,
+                r.max_replicas_per_step,
+                r.max_percent_per_step,
+                r.period_seconds,
+            )
+
+        return cls(
+            spec.min_replicas,
+            spec.max_replicas,
+            spec.target_queue_wait_seconds,
+            spec.tolerance,
+            rules(spec.scale_up),
+            rules(spec.scale_down),
+        )
+
+
+@dataclass(frozen=True)
+class History:
+    """What the decision remembers between calls (persisted in status.autoscaling).
+
+    `recommendations` are (unix time, raw recommended replicas), pruned to the longest window;
+    `capacity_per_pod` is the learned admission rate (requests/s) of one saturated pod;
+    `since` is when recommendations started (scale-down needs a full window of them).
+    """
+
+    recommendations: tuple[tuple[float, int], ...] = ()
+    last_scale_up: float | None = None
+    last_scale_down: float | None = None
+    capacity_per_pod: float | None = None
+    since: float | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    """The decision: desired replicas, why, and the history to pass to the next call."""
+
+    desired: int
+    current: int
+    reason: str
+    message: str
+    signal: float | None
+    ready: int
+    pod_signals: tuple[tuple[str, float | None], ...]
+    missing: tuple[str, ...]
+    history: History
+    recommendation: int | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.desired != self.current
+
+
+@dataclass(frozen=True)
+class _Context:
+    """The derived quantities every rule reads (computed once per decision)."""
+
+    now: float
+    current: int
+    policy: Policy
+    signal: float | None
+    ready: int
+    scraped: tuple[PodSample, ...]
+    missing: tuple[str, ...]
+    unready: tuple[str, ...]
+    pod_signals: tuple[tuple[str, float | None], ...]
+
+
+def decide(
+    now: float, current: int, pods: tuple[PodSample, ...], policy: Policy, history: History
+) -> Result:
+    """Desired replicas for `current` replicas given the pods' samples; pure and deterministic."""
+    ready = tuple(p for p in pods if p.ready)
+    scraped = tuple(p for p in ready if p.scraped)
+    ctx = _Context(
+        now=now,
+        current=current,
+        policy=policy,
+        signal=(sum(p.signal for p in scraped) / len(scraped)) if scraped else None,
+        ready=len(ready),
+        scraped=scraped,
+        missing=tuple(p.name for p in ready if not p.scraped),
+        unready=tuple(p.name for p in pods if not p.ready),
+        pod_signals=tuple((p.name, p.signal) for p in pods),
+    )
+
+    def result(desired: int, reason: str, message: str, hist: History, rec: int | None = None):
+        return Result(
+            desired, current, reason, message, ctx.signal, ctx.ready, ctx.pod_signals,
+            ctx.missing, hist, rec,
+        )
+
+    if current < policy.min_replicas or current > policy.max_replicas:
+        bound = min(max(current, policy.min_replicas), policy.max_replicas)
+        reason = "BelowMinReplicas" if current < policy.min_replicas else "AboveMaxReplicas"
+        return result(bound, reason, f"replicas {current} outside [{policy.min_replicas}, "
+                      f"{policy.max_replicas}]", _moved(history, now, bound > current))
+
+    if not scraped:
+        reason = "MetricsMissing" if ready else "NoReadyPods"
+        msg = f"no metrics from {', '.join(ctx.missing)}" if ready else "no ready pod to measure"
+        return result(current, reason, msg, history)
+
+    capacity = _learn_capacity(ctx, history.capacity_per_pod)
+    raw, hold_reason, why = _recommend(ctx, capacity)
+    history = _remember(history, now, raw, policy, capacity)
+    desired, reason, message = _stabilize_and_limit(ctx, raw, hold_reason, why, history)
+    if desired != current:
+        history = _moved(history, now, desired > current)
+    return result(desired, reason, message, history, raw)
+
+
+def _ratio(ctx: _Context) -> float:
+    return ctx.signal / ctx.policy.target
+
+
+def _total_admission_rate(ctx: _Context) -> float | None:
+    rates = [p.admission_rate for p in ctx.scraped]
+    return None if any(r is None for r in rates) else sum(rates)
+
+
+def _learn_capacity(ctx: _Context, known: float | None) -> float | None:
+    """Per-pod saturation throughput: measured while saturated, raised whenever pods beat it.
+
+    An unsaturated pod's admission rate is its load, not its capacity, so it only ever raises an
+    estimate that saturation already produced.
+    """
+    rate = _total_admission_rate(ctx)
+    if rate is None or rate <= 0:
+        return known
+    per_pod = rate / len(ctx.scraped)
+    if _ratio(ctx) > 1 + ctx.policy.tolerance:
+        return per_pod
+    return per_pod if known is not None and per_pod > known else known
+
+
+def _recommend(ctx: _Context, capacity: float | None) -> tuple[int, str, str]:
+    """Raw recommendation before stabilization and limits: (replicas, hold reason, why)."""
+    ratio, tol = _ratio(ctx), ctx.policy.tolerance
+    if 1 - tol <= ratio <= 1 + tol:
+        return ctx.current, "HoldTolerance", f"signal/target {ratio:.2f} within 1 ± {tol}"
+    raw = math.ceil(len(ctx.scraped) * ratio - 1e-9)
+    why = f"signal {ctx.signal:.3f}s vs target {ctx.policy.target:g}s (x{ratio:.2f})"
+    rate = _total_admission_rate(ctx)
+    if raw < ctx.current and capacity and rate:
+        floor = math.ceil(rate / (capacity * MAX_UTILIZATION) - 1e-9)
+        if floor > raw:
+            why += f"; load {rate:.2f} req/s needs {floor} pods at {capacity:.2f} req/s/pod"
+            return floor, "HoldCapacityFloor", why
+    return raw, "Hold", why
+
+
+def _remember(history: History, now: float, raw: int, policy: Policy, capacity) -> History:
+    horizon = max(policy.up.window_seconds, policy.down.window_seconds)
+    recs = tuple((t, r) for t, r in history.recommendations if now - t < horizon) + ((now, raw),)
+    since = now if history.since is None else history.since
+    return replace(history, recommendations=recs, capacity_per_pod=capacity, since=since)
+
+
+def _moved(history: History, now: float, up: bool) -> History:
+    return replace(history, last_scale_up=now) if up else replace(history, last_scale_down=now)
+
+
+def _stabilize_and_limit(
+    ctx: _Context, raw: int, hold_reason: str, why: str, history: History
+) -> tuple[int, str, str]:
+    """Apply bounds, stabilization windows, the scale-down guard and the rate limits to `raw`."""
+    current, policy, now = ctx.current, ctx.policy, ctx.now
+    bounded = min(max(raw, policy.min_replicas), policy.max_replicas)
+    if bounded == current:
+        if raw != current:
+            edge = "maxReplicas" if raw > current else "minReplicas"
+            return current, f"HoldAt{edge[0].upper()}{edge[1:]}", f"{why}; at {edge} {current}"
+        return current, hold_reason, why
+
+    up = raw > current
+    rules = policy.up if up else policy.down
+    window = [r for t, r in history.recommendations if now - t <= rules.window_seconds]
+    stable = min(window) if up else max(window)
+    young = not up and now - history.since < rules.window_seconds
+    if young or ((stable <= current) if up else (stable >= current)):
+        return current, "HoldStabilization", (
+            f"{why}; recommendation {raw} not stable for {rules.window_seconds:g}s"
+        )
+    if not up and (ctx.unready or ctx.missing):
+        names = ", ".join(ctx.unready + ctx.missing)
+        return current, "HoldPodsUnmeasured", f"{why}; not scaling down while {names} unmeasured"
+
+    last = history.last_scale_up if up else history.last_scale_down
+    if last is not None and now - last < rules.period_seconds:
+        return current, "HoldRateLimited", (
+            f"{why}; last scale {'up' if up else 'down'} {now - last:.0f}s ago "
+            f"< {rules.period_seconds:g}s"
+        )
+    step = rules.step(current)
+    desired = min(stable, current + step) if up else max(stable, current - step)
+    limited = " (rate-limited)" if desired != stable else ""
+    if not policy.min_replicas <= desired <= policy.max_replicas:
+        desired = min(max(desired, policy.min_replicas), policy.max_replicas)
+        limited = f" (bounded to [{policy.min_replicas}, {policy.max_replicas}])"
+    return desired, "ScaleUp" if up else "ScaleDown", f"{why}; {current} -> {desired}{limited}"
