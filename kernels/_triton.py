@@ -1,0 +1,88 @@
+"""Guarded Triton import shared by every kernel file.
+
+Each op file holds a Triton kernel beside its plain-torch reference, and the CPU engine uses the
+reference.  So the op files must import even where Triton is missing or broken: this module
+provides `triton`, `tl` and `jit`, with harmless stand-ins when Triton cannot be imported (the
+reference still works; launching a kernel raises the import error).
+
+`jit` picks Triton's interpreter when `TRITON_INTERPRET=1` is set or when no CUDA device exists
+(a compiled kernel could never launch there).  Triton decides this when a kernel is *decorated*,
+i.e. when the op module is imported, so set `TRITON_INTERPRET` before importing the op modules.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+
+    TRITON_ERROR: Exception | None = None
+except Exception as exc:  # ImportError, or a broken install: the torch references still work
+    triton = None
+    TRITON_ERROR = exc
+
+    class _Stub:
+        """Stands in for `triton.language` so annotations like `tl.constexpr` still evaluate."""
+
+        constexpr = object
+
+        def __getattr__(self, name):
+            raise RuntimeError(f"Triton is unavailable: {TRITON_ERROR!r}")
+
+    tl = _Stub()
+
+HAS_TRITON = triton is not None
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1" or not torch.cuda.is_available()
+
+
+class _Unavailable:
+    """What `jit` returns without Triton: indexing it (a launch) raises the import error."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        raise RuntimeError(f"Triton is unavailable, cannot launch {self.fn.__name__}: {TRITON_ERROR!r}")
+
+
+def jit(fn):
+    """`triton.jit`, in interpreter mode when `INTERPRET` (see the module docstring)."""
+    if not HAS_TRITON:
+        return _Unavailable(fn)
+    if INTERPRET:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        return InterpretedFunction(fn)
+    return triton.jit(fn)
+
+
+def check_launchable(*tensors: torch.Tensor) -> None:
+    """Raise a clear error when a kernel cannot run on these tensors."""
+    if not HAS_TRITON:
+        raise RuntimeError(f"Triton is unavailable: {TRITON_ERROR!r}")
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+    if not INTERPRET and not tensors[0].is_cuda:
+        raise ValueError(
+            "compiled Triton kernels need CUDA tensors; set TRITON_INTERPRET=1 before importing "
+            "llmop.kernels to run them on the CPU"
+        )
+
+
+def next_pow2(n: int, minimum: int = 1) -> int:
+    """The smallest power of two >= max(n, minimum)."""
+    return max(minimum, 1 << max(0, int(n) - 1).bit_length())
+
+
+def dot_precision(dtype: torch.dtype):
+    """`tl.dot` input precision: exact fp32 for float32 inputs (no TF32), the default otherwise."""
+    return "ieee" if dtype == torch.float32 else None
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)

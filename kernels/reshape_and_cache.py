@@ -1,0 +1,82 @@
+"""Write the new tokens' keys and values into the paged KV cache.
+
+The cache of one layer is `[num_blocks, block_size, num_kv_heads, head_dim]` for keys and the same
+for values; a token's slot is `block_id * block_size + offset_in_block`, given per token by
+`slot_mapping` (-1 = padding, skipped).  One program copies one token's `[num_kv_heads, head_dim]`
+row of keys and of values, casting to the cache dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._triton import check_launchable, jit, next_pow2, tl
+
+
+def check_cache_inputs(key, value, key_cache, value_cache, slot_mapping) -> None:
+    """Validate shapes, dtypes and layouts shared by the kernel and the reference."""
+    if key.dim() != 3 or key.shape != value.shape:
+        raise ValueError(f"key/value must be [num_tokens, num_kv_heads, head_dim], got {key.shape}, {value.shape}")
+    if key_cache.dim() != 4 or key_cache.shape != value_cache.shape:
+        raise ValueError(f"caches must be [num_blocks, block_size, num_kv_heads, head_dim], got {key_cache.shape}")
+    if key_cache.dtype != value_cache.dtype:
+        raise ValueError("key_cache and value_cache must share a dtype")
+    if tuple(key.shape[1:]) != tuple(key_cache.shape[2:]):
+        raise ValueError(f"key heads/dim {tuple(key.shape[1:])} do not match the cache {tuple(key_cache.shape[2:])}")
+    if slot_mapping.shape != (key.shape[0],) or slot_mapping.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"slot_mapping must be int32/int64 [num_tokens], got {slot_mapping.dtype} {slot_mapping.shape}")
+    if not (key_cache.is_contiguous() and value_cache.is_contiguous()):
+        raise ValueError("caches must be contiguous")
+
+
+@jit
+def reshape_and_cache_kernel(
+    key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_mapping_ptr,
+    stride_kt, stride_kh, stride_vt, stride_vh,
+    NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    tok = tl.program_id(0)
+    slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
+    if slot < 0:
+        return
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_h[:, None] < NUM_HEADS) & (offs_d[None, :] < HEAD_DIM)
+    src_k = tok.to(tl.int64) * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :]
+    src_v = tok.to(tl.int64) * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :]
+    dst = slot * (NUM_HEADS * HEAD_DIM) + offs_h[:, None] * HEAD_DIM + offs_d[None, :]
+    k = tl.load(key_ptr + src_k, mask=mask)
+    v = tl.load(value_ptr + src_v, mask=mask)
+    tl.store(key_cache_ptr + dst, k.to(key_cache_ptr.dtype.element_ty), mask=mask)
+    tl.store(value_cache_ptr + dst, v.to(value_cache_ptr.dtype.element_ty), mask=mask)
+
+
+def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
+    """Triton: `key_cache.view(-1, H, D)[slot] = key[token]` for every token with slot >= 0.
+
+    key/value: `[num_tokens, num_kv_heads, head_dim]` (any row stride, last dim contiguous);
+    caches: contiguous `[num_blocks, block_size, num_kv_heads, head_dim]`; slot_mapping int32/int64.
+    """
+    check_cache_inputs(key, value, key_cache, value_cache, slot_mapping)
+    check_launchable(key, value, key_cache, value_cache, slot_mapping)
+    if key.stride(2) != 1 or value.stride(2) != 1:
+        raise ValueError("key/value must be contiguous in head_dim")
+    num_tokens, num_heads, head_dim = key.shape
+    if num_tokens == 0:
+        return
+    reshape_and_cache_kernel[(num_tokens,)](
+        key, value, key_cache, value_cache, slot_mapping,
+        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+        NUM_HEADS=num_heads, HEAD_DIM=head_dim,
+        BLOCK_H=next_pow2(num_heads), BLOCK_D=next_pow2(head_dim),
+    )
+
+
+def ref_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
+    """Torch reference of `reshape_and_cache` (same arguments, same effect)."""
+    check_cache_inputs(key, value, key_cache, value_cache, slot_mapping)
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].long()
+    num_heads, head_dim = key.shape[1:]
+    key_cache.view(-1, num_heads, head_dim)[slots] = key[keep].to(key_cache.dtype)
+    value_cache.view(-1, num_heads, head_dim)[slots] = value[keep].to(value_cache.dtype)
