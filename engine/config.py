@@ -43,6 +43,9 @@ class EngineConfig(BaseModel):
 
     # KV cache: a byte budget, or a fraction of free device memory (CPU: of available RAM).
     block_size: int = Field(16, ge=1, le=256)
+    kv_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="KV cache dtype; auto: the model's dtype"
+    )
     kv_cache_memory_bytes: int | None = Field(None, ge=1)
     kv_cache_memory_fraction: float = Field(0.2, gt=0.0, le=0.95)
 
