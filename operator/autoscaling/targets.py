@@ -1,0 +1,50 @@
+"""Which engines to measure: the LLMDeployment's pods, or the spec's static targets (tests).
+
+Pure functions over the API's pod dicts, so readiness rules are tested without a cluster. A
+terminating pod is neither capacity nor a reason to wait: it is leaving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+
+@dataclass(frozen=True)
+class Target:
+    """One engine to measure: `name` (pod name, or host:port), its metrics URL, and readiness."""
+
+    name: str
+    url: str
+    ready: bool
+
+
+def _is_ready(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return status.get("phase") == "Running" and ready and bool(status.get("podIP"))
+
+
+def pod_targets(pods: list[dict], port: int, path: str) -> list[Target]:
+    """Targets for the pods of one LLMDeployment (API dicts, camelCase), terminating ones left out."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            continue
+        ip = (pod.get("status") or {}).get("podIP") or ""
+        host = f"[{ip}]" if ":" in ip else ip
+        out.append(Target(meta.get("name", "?"), f"http://{host}:{port}{path}", _is_ready(pod)))
+    return sorted(out, key=lambda t: t.name)
+
+
+def static_targets(urls: list[str], path: str) -> list[Target]:
+    """Targets from `metrics.targets` base URLs; each stands for one ready replica."""
+    out = []
+    for url in urls:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        base = f"{parts.scheme}://{parts.netloc}"
+        out.append(Target(parts.netloc, base + (parts.path if parts.path not in ("", "/") else path),
+                          True))
+    return out
