@@ -1,0 +1,170 @@
+"""The kopf timer that runs the autoscaler for every LLMDeployment: collect, decide, write /scale.
+
+One tick: read /scale (current replicas and the pod selector), find the targets (ready pods, or
+`metrics.targets`), collect per-pod samples (scrape, or Prometheus), call the pure `decide`, write
+replicas only through the /scale subresource (so GitOps, which owns `spec`, never fights it), and
+write status.autoscaling (signal per pod and aggregated, desired vs current, last decision, short
+history, conditions). An Event is posted on every scale and when metrics go missing.
+
+kopf ticks every `TICK_SECONDS` (env LLMOP_AUTOSCALER_TICK_SECONDS); each LLMDeployment decides
+only when its own `autoscaling.intervalSeconds` has passed. The blocking work runs in a thread.
+Registered by importing this module (operator/handlers.py does, in `init`, and this module uses
+the API client and Event poster `init` made).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+import kubernetes
+from pydantic import ValidationError
+
+from llmop.operator.api.llmdeployment import GROUP, PLURAL, VERSION
+from llmop.operator.build.meta import Owner
+
+from . import prometheus
+from .collect import PodsCollector
+from .decision import Policy, Result, decide
+from .hpa import build_hpa
+from .spec import AutoscalingSpec, AutoscalingStatus
+from .state import METRICS_AVAILABLE, history_from_status, status_after
+from .targets import Target, pod_targets, static_targets
+
+TICK_SECONDS = float(os.environ.get("LLMOP_AUTOSCALER_TICK_SECONDS", "1"))
+FIELD_MANAGER = "llmop-autoscaler"
+MERGE = "application/merge-patch+json"
+
+
+@dataclass
+class TimerState:
+    """Per-LLMDeployment memory in the operator process (kopf memo): only what may be lost."""
+
+    collector: PodsCollector = field(default_factory=PodsCollector)
+    last_tick: float = 0.0
+    hpa_applied: bool | None = None  # None: unknown (first tick after start)
+    last_status: AutoscalingStatus | None = None  # what this process wrote last (fresher than kopf's body)
+
+
+def _kube():
+    """The operator's API access (credentials, request counts, Events), made by `handlers.init`."""
+    from llmop.operator.handlers import reconciler
+
+    return reconciler().kube
+
+
+def _targets(core: kubernetes.client.CoreV1Api, namespace: str, selector: str | None,
+             spec: AutoscalingSpec) -> list[Target]:
+    if spec.metrics.targets:
+        return static_targets(spec.metrics.targets, spec.metrics.path)
+    if not selector:
+        return []
+    pods = core.list_namespaced_pod(namespace, label_selector=selector)
+    dicts = core.api_client.sanitize_for_serialization(pods.items)
+    return pod_targets(dicts, spec.metrics.port, spec.metrics.path)
+
+
+def _collect(state: TimerState, targets: list[Target], spec: AutoscalingSpec, now: float):
+    m = spec.metrics
+    if m.source == "prometheus":
+        return prometheus.collect(m.prometheus.url, m.prometheus.selector, m.prometheus.pod_label,
+                                  targets, spec.metric_window_seconds, m.prometheus.timeout_seconds)
+    return state.collector.collect(targets, spec.metric_window_seconds, m.timeout_seconds, now)
+
+
+def _previous(status: dict[str, Any]) -> AutoscalingStatus | None:
+    try:
+        raw = (status or {}).get("autoscaling")
+        return AutoscalingStatus.model_validate(raw) if raw else None
+    except ValidationError:
+        return None  # written by an older operator: start afresh rather than crash the loop
+
+
+def tick(api: kubernetes.client.ApiClient, name: str, namespace: str, status: dict[str, Any],
+         spec: AutoscalingSpec, state: TimerState, now: float
+         ) -> tuple[Result, AutoscalingStatus | None, AutoscalingStatus]:
+    """One decision for one LLMDeployment; returns (result, previous status, new status)."""
+    custom = kubernetes.client.CustomObjectsApi(api)
+    scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, name)
+    current = int((scale.get("spec") or {}).get("replicas") or 0)
+    selector = (scale.get("status") or {}).get("selector")
+    targets = _targets(kubernetes.client.CoreV1Api(api), namespace, selector, spec)
+    samples = _collect(state, targets, spec, now)
+    prev = state.last_status or _previous(status)
+    result = decide(now, current, samples, Policy.from_spec(spec), history_from_status(prev))
+    if result.changed:
+        custom.patch_namespaced_custom_object_scale(
+            GROUP, VERSION, namespace, PLURAL, name, {"spec": {"replicas": result.desired}},
+            field_manager=FIELD_MANAGER, _content_type=MERGE,
+        )
+    new = status_after(prev, result, samples, spec.target_queue_wait_seconds, now)
+    custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name,
+        {"status": {"autoscaling": new.model_dump(mode="json", by_alias=True)}},
+        field_manager=FIELD_MANAGER, _content_type=MERGE,
+    )
+    state.last_status = new
+    return result, prev, new
+
+
+def sync_hpa(api: kubernetes.client.ApiClient, body: dict[str, Any], spec: AutoscalingSpec,
+             state: TimerState) -> None:
+    """Mode hpa: server-side apply the HPA; otherwise make sure none is left behind."""
+    hpas = kubernetes.client.AutoscalingV2Api(api)
+    owner = Owner.from_body(body)
+    if spec.enabled and spec.mode == "hpa":
+        hpas.patch_namespaced_horizontal_pod_autoscaler(
+            owner.name, owner.namespace, build_hpa(owner, spec), field_manager=FIELD_MANAGER,
+            force=True, _content_type="application/apply-patch+yaml",
+        )
+        state.hpa_applied = True
+    elif state.hpa_applied is not False:
+        try:
+            hpas.delete_namespaced_horizontal_pod_autoscaler(owner.name, owner.namespace)
+        except kubernetes.client.ApiException as err:
+            if err.status != 404:
+                raise
+        state.hpa_applied = False
+
+
+def _metrics_went_missing(prev: AutoscalingStatus | None, new: AutoscalingStatus) -> bool:
+    def available(s: AutoscalingStatus | None) -> str | None:
+        return next((c.status for c in (s.conditions if s else []) if c.type == METRICS_AVAILABLE),
+                    None)
+    return available(new) == "False" and available(prev) != "False"
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, id="autoscaler", interval=TICK_SECONDS)
+async def autoscaler(body, spec, status, name, namespace, memo, logger, **_) -> None:
+    """Every tick: decide for this LLMDeployment if its interval has passed."""
+    try:
+        auto = AutoscalingSpec.model_validate(spec.get("autoscaling") or {})
+    except ValidationError:
+        return  # the reconciler reports an invalid spec; nothing to scale on
+    state: TimerState = memo.setdefault("llmop_autoscaler", TimerState())
+    now = time.time()
+    if now - state.last_tick < auto.interval_seconds:
+        return
+    state.last_tick = now
+    kube = _kube()
+    api = kube.api
+    await asyncio.to_thread(sync_hpa, api, dict(body), auto, state)
+    if not auto.enabled or auto.mode != "builtin":
+        state.last_status = None
+        return
+    result, prev, new = await asyncio.to_thread(
+        tick, api, name, namespace, dict(status), auto, state, now)
+    events = []
+    if result.changed:
+        verb = "ScaledUp" if result.desired > result.current else "ScaledDown"
+        events.append(("Normal", verb, f"{result.current} -> {result.desired} replicas: "
+                       f"{result.reason}: {result.message}"))
+        logger.info("autoscaler %s: %s", verb, result.message)
+    if _metrics_went_missing(prev, new):
+        events.append(("Warning", "MetricsMissing", result.message))
+    for event in events:
+        await asyncio.to_thread(kube.event, dict(body), *event)
