@@ -1,0 +1,218 @@
+"""The engine loop: add requests, step (schedule → run → postprocess), abort.
+
+Single-threaded by design; `async_engine.AsyncEngine` runs it on a background thread for the
+server. One step finishes requests (EOS, stop ids, stop strings, max_tokens, max_model_len) and
+frees their blocks in the same step, so the pool is always exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from llmop.engine.attention import get_attention_backend
+from llmop.engine.block_manager import BlockManager
+from llmop.engine.checkpoint import Checkpoint, load_state_dict, open_checkpoint
+from llmop.engine.config import EngineConfig
+from llmop.engine.detokenizer import IncrementalDetokenizer
+from llmop.engine.kv_cache import KVCacheSpec, allocate_kv_cache, available_memory, plan_kv_cache
+from llmop.engine.model import build_model
+from llmop.engine.model_runner import ModelRunner
+from llmop.engine.outputs import RequestOutput, TokenLogprob
+from llmop.engine.request import Request
+from llmop.engine.sampler import SampleRow
+from llmop.engine.sampling_params import SamplingParams
+from llmop.engine.scheduler import Scheduler, SchedulerConfig
+from llmop.engine.tokenizer import TextTokenizer
+
+log = logging.getLogger("llmop.engine")
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[name]
+
+
+@dataclass
+class _Tracked:
+    request: Request
+    detok: IncrementalDetokenizer
+    generator: torch.Generator | None
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    num_waiting: int
+    num_running: int
+    num_free_blocks: int
+    num_total_blocks: int
+    num_preemptions: int
+    oldest_waiting_arrival: float | None
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig | None = None, **overrides):
+        config = (config or EngineConfig()).model_copy(update=overrides)
+        self.config = config
+        t0 = time.monotonic()
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.checkpoint: Checkpoint = open_checkpoint(config.model)
+        self.model_name = config.served_model_name or self.checkpoint.name
+        mcfg = self.checkpoint.config
+        self.tokenizer = TextTokenizer(self.checkpoint)
+        self.model = build_model(mcfg, load_state_dict(self.checkpoint, self.dtype), self.dtype,
+                                 self.device, max_positions=mcfg.max_position_embeddings)
+
+        budget = config.kv_cache_memory_bytes or int(config.kv_cache_memory_fraction * available_memory(self.device))
+        self.kv_spec: KVCacheSpec = plan_kv_cache(mcfg, self.dtype, config.block_size, budget)
+        limit = min(mcfg.max_position_embeddings, mcfg.sliding_window or mcfg.max_position_embeddings)
+        self.max_model_len = min(config.max_model_len or limit, limit, self.kv_spec.num_tokens)
+        self.blocks = BlockManager(self.kv_spec.num_blocks, config.block_size)
+        self.scheduler = Scheduler(
+            SchedulerConfig(config.max_num_seqs, max(config.max_num_batched_tokens, config.max_num_seqs),
+                            self.max_model_len),
+            self.blocks,
+        )
+        kv = allocate_kv_cache(mcfg, self.kv_spec, self.dtype, self.device)
+        self.runner = ModelRunner(self.model, kv, get_attention_backend(config.attention_backend, self.device),
+                                  self.device, self.tokenizer.eos_token_ids, config.seed)
+        self._tracked: dict[str, _Tracked] = {}
+        self.load_seconds = time.monotonic() - t0
+        log.info(
+            "engine ready: model=%s dtype=%s device=%s load=%.1fs | KV cache: %d blocks x %d tokens = %d tokens "
+            "(%.1f MiB); max_model_len=%d -> %d concurrent sequences at full length",
+            self.model_name, str(self.dtype).removeprefix("torch."), self.device, self.load_seconds,
+            self.kv_spec.num_blocks, self.kv_spec.block_size, self.kv_spec.num_tokens,
+            self.kv_spec.num_blocks * self.kv_spec.bytes_per_block / 2**20, self.max_model_len,
+            self.kv_spec.max_concurrent_seqs(self.max_model_len),
+        )
+
+    # --- requests ---------------------------------------------------------------------------------
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    priority: int = 0, adapter: str | None = None, arrival_time: float | None = None) -> Request:
+        if request_id in self._tracked:
+            raise ValueError(f"duplicate request id {request_id!r}")
+        if not prompt_token_ids:
+            raise ValueError("the prompt must contain at least one token")
+        if len(prompt_token_ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({len(prompt_token_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
+                f"max_model_len {self.max_model_len} by {len(prompt_token_ids) + params.max_tokens - self.max_model_len}"
+            )
+        req = Request(request_id, list(prompt_token_ids), params, priority=priority, adapter=adapter)
+        if arrival_time is not None:
+            req.times.arrival = arrival_time
+        gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+        detok = IncrementalDetokenizer(self.tokenizer, req.prompt_token_ids, params.stop,
+                                       params.skip_special_tokens, params.include_stop_str_in_output)
+        self._tracked[request_id] = _Tracked(req, detok, gen)
+        self.scheduler.add(req)
+        return req
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Stop a request now and free its blocks; returns its final output, None if unknown."""
+        t = self._tracked.pop(request_id, None)
+        if t is None:
+            return None
+        self.scheduler.finish(t.request, "abort")
+        return self._output(t, (), "", ())
+
+    def expire_waiting(self, arrived_before: float) -> list[RequestOutput]:
+        """End every request still waiting for its first schedule that arrived before the cutoff
+        (finish_reason "abort", error "queue_timeout")."""
+        late = [t for t in self._tracked.values()
+                if t.request.times.first_scheduled is None and t.request.times.arrival < arrived_before]
+        outs = []
+        for t in late:
+            del self._tracked[t.request.request_id]
+            self.scheduler.finish(t.request, "abort")
+            outs.append(dataclasses.replace(self._output(t, (), "", ()), error="queue_timeout"))
+        return outs
+
+    def has_unfinished(self) -> bool:
+        return bool(self._tracked)
+
+    def stats(self) -> EngineStats:
+        s = self.scheduler
+        return EngineStats(len(s.waiting), len(s.running), self.blocks.pool.num_free,
+                           self.blocks.pool.num_blocks, s.num_preemptions, s.oldest_waiting_arrival())
+
+    # --- the step ---------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        out = self.scheduler.schedule()
+        if out.is_empty:
+            return []
+        completing = [c for c in out.chunks if c.completes]
+        rows = [self._sample_row(self._tracked[c.request.request_id]) for c in completing]
+        result = self.runner.execute(out, self.blocks, rows)
+        self.scheduler.commit(out)
+        if result is None:
+            return []
+        now = time.monotonic()
+        outputs = []
+        for c, token, lp in zip(completing, result.token_ids, result.logprobs):
+            outputs.append(self._postprocess(self._tracked[c.request.request_id], token, lp, now))
+        return outputs
+
+    def _sample_row(self, t: _Tracked) -> SampleRow:
+        r = t.request
+        return SampleRow(r.params, t.generator, r.prompt_token_ids, r.output_token_ids,
+                         block_eos=len(r.output_token_ids) < r.params.min_tokens)
+
+    def _postprocess(self, t: _Tracked, token: int, lp, now: float) -> RequestOutput:
+        r, p = t.request, t.request.params
+        r.output_token_ids.append(token)
+        if r.times.first_token is None:
+            r.times.first_token = now
+        r.times.tokens.append(now)
+        is_stop_id = (token in self.tokenizer.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids
+        text = "" if is_stop_id else t.detok.add(token)
+        reason, stop_reason = None, None
+        if t.detok.stopped_by is not None:
+            reason, stop_reason = "stop", t.detok.stopped_by
+        elif is_stop_id:
+            reason, stop_reason = "stop", token
+        elif len(r.output_token_ids) >= p.max_tokens or r.num_tokens >= self.max_model_len:
+            reason = "length"
+        logprobs = (TokenLogprob(token, lp[0], tuple(lp[1])),) if lp is not None else ()
+        if reason is not None:
+            text += t.detok.flush()
+            self.scheduler.finish(r, reason)
+            del self._tracked[r.request_id]
+        return self._output(t, (token,), text, logprobs, reason, stop_reason)
+
+    def _output(self, t: _Tracked, new_ids, text, logprobs, reason=None, stop_reason=None) -> RequestOutput:
+        r = t.request
+        if t.request.status.value == "finished" and reason is None:
+            reason = r.finish_reason
+        return RequestOutput(
+            request_id=r.request_id,
+            new_token_ids=tuple(new_ids),
+            new_text=text,
+            finished=reason is not None,
+            finish_reason=reason,
+            num_prompt_tokens=r.num_prompt_tokens,
+            num_output_tokens=len(r.output_token_ids),
+            logprobs=logprobs,
+            stop_reason=stop_reason,
+            arrival_time=r.times.arrival,
+            first_scheduled_time=r.times.first_scheduled,
+            first_token_time=r.times.first_token,
+            finish_time=r.times.finished,
+        )

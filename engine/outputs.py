@@ -1,0 +1,45 @@
+"""What the engine hands back each step for each request: frozen, so it can cross threads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token id, logprob) of the most likely alternatives
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """The delta since the previous output of this request, plus totals."""
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    new_text: str
+    finished: bool
+    finish_reason: str | None  # "stop", "length", "abort", or None while running
+    num_prompt_tokens: int
+    num_output_tokens: int
+    logprobs: tuple[TokenLogprob, ...] = ()
+    stop_reason: str | int | None = None  # the stop string or token id that ended it
+    # Monotonic timestamps from the request's clock (see request.RequestTimes).
+    arrival_time: float = 0.0
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CompletionOutput:
+    """The whole result of one offline generation."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: str
+    logprobs: tuple[TokenLogprob, ...] = ()

@@ -1,0 +1,112 @@
+"""Choosing the next token of every sequence in the batch from its logits.
+
+Penalties, temperature, top-k, top-p and min-p are applied to the whole batch as tensors. A
+seeded request draws its randomness from its own generator, so its output does not depend on what
+else is in the batch; unseeded rows share the engine's generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from llmop.engine.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    """What the sampler needs to know about one row beyond its logits."""
+
+    params: SamplingParams
+    generator: torch.Generator | None  # the request's own (seeded) generator, else None
+    prompt_token_ids: Sequence[int]
+    output_token_ids: Sequence[int]
+    block_eos: bool  # min_tokens not reached: EOS and stop ids may not be sampled
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    token_ids: list[int]
+    # Per row: (sampled token's logprob, [(token id, logprob) of the top N]) or None.
+    logprobs: list[tuple[float, list[tuple[int, float]]] | None]
+
+
+def _apply_penalties(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
+    vocab = logits.shape[1]
+    for i, row in enumerate(rows):
+        p = row.params
+        if not p.has_penalties:
+            continue
+        if p.repetition_penalty != 1.0:
+            seen = torch.tensor(list(set(row.prompt_token_ids) | set(row.output_token_ids)), dtype=torch.long)
+            if seen.numel():
+                vals = logits[i, seen]
+                logits[i, seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        if row.output_token_ids and (p.presence_penalty or p.frequency_penalty):
+            counts = torch.bincount(torch.tensor(row.output_token_ids, dtype=torch.long), minlength=vocab).to(logits.dtype)
+            logits[i] -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)
+
+
+def _filter(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
+    """Temperature, then top-k, top-p and min-p as masks (−inf outside the kept set)."""
+    temps = torch.tensor([max(r.params.temperature, 1e-5) for r in rows], dtype=logits.dtype)
+    logits = logits / temps[:, None]
+    top_k = [r.params.top_k for r in rows]
+    top_p = [r.params.top_p for r in rows]
+    min_p = [r.params.min_p for r in rows]
+    if any(k > 0 for k in top_k) or any(p < 1.0 for p in top_p):
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        vocab = logits.shape[1]
+        k = torch.tensor([k if k > 0 else vocab for k in top_k])
+        ranks = torch.arange(vocab).unsqueeze(0)
+        drop = ranks >= k.unsqueeze(1)
+        probs = sorted_logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+        before = probs.cumsum(dim=-1) - probs
+        drop |= before >= torch.tensor(top_p, dtype=probs.dtype).unsqueeze(1)
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.empty_like(logits).scatter_(1, order, sorted_logits)
+    if any(p > 0.0 for p in min_p):
+        probs = logits.softmax(dim=-1)
+        floor = torch.tensor(min_p, dtype=probs.dtype).unsqueeze(1) * probs.max(dim=-1, keepdim=True).values
+        logits = logits.masked_fill(probs < floor, float("-inf"))
+    return logits
+
+
+def sample(logits: torch.Tensor, rows: Sequence[SampleRow], eos_ids: Sequence[int],
+           generator: torch.Generator | None = None) -> SampleResult:
+    """logits: [num_rows, vocab] float32 (modified in place)."""
+    want_logprobs = any(r.params.logprobs is not None for r in rows)
+    raw_logprobs = logits.log_softmax(dim=-1) if want_logprobs else None
+    for i, row in enumerate(rows):
+        if row.block_eos:
+            banned = [t for t in (*eos_ids, *row.params.stop_token_ids) if t < logits.shape[1]]
+            logits[i, banned] = float("-inf")
+    _apply_penalties(logits, rows)
+
+    greedy = torch.tensor([r.params.greedy for r in rows])
+    tokens = logits.argmax(dim=-1)
+    if not bool(greedy.all()):
+        probs = _filter(logits, rows).softmax(dim=-1)
+        # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p; each seeded row uses its own
+        # generator, so its draw never depends on the other rows.
+        noise = torch.empty_like(probs)
+        for i, row in enumerate(rows):
+            if not row.params.greedy:
+                noise[i].exponential_(generator=row.generator or generator)
+        sampled = (probs / noise).argmax(dim=-1)
+        tokens = torch.where(greedy, tokens, sampled)
+
+    token_list = tokens.tolist()
+    logprobs: list = [None] * len(rows)
+    if raw_logprobs is not None:
+        for i, row in enumerate(rows):
+            n = row.params.logprobs
+            if n is None:
+                continue
+            top = raw_logprobs[i].topk(n) if n > 0 else None
+            alts = list(zip(top.indices.tolist(), top.values.tolist())) if top is not None else []
+            logprobs[i] = (float(raw_logprobs[i, token_list[i]]), alts)
+    return SampleResult(token_list, logprobs)

@@ -1,0 +1,173 @@
+"""Iteration-level continuous batching: which requests compute how many tokens this step.
+
+Each step first continues the running requests (decodes and unfinished prefill chunks) under the
+token budget, preempting the least important running request (by recompute) when KV blocks run
+out; then admits waiting requests while the budget, `max_num_seqs` and free blocks allow. Plain
+Python: tested without a model.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+
+from llmop.engine.block_manager import BlockManager
+from llmop.engine.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    long_prefill_threshold: int = 0  # 0 = a prefill may take the whole remaining budget
+
+
+@dataclass(frozen=True)
+class ScheduledChunk:
+    request: Request
+    start: int  # first token index to compute (== num_computed_tokens at scheduling time)
+    num_tokens: int
+
+    @property
+    def completes(self) -> bool:
+        """After this chunk the request has computed all its tokens, so it samples the next one."""
+        return self.start + self.num_tokens == self.request.num_tokens
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    chunks: tuple[ScheduledChunk, ...]
+    preempted: tuple[Request, ...]
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+
+class WaitingQueue:
+    """Priority, then arrival order. Preempted requests keep their arrival, so they go first."""
+
+    def __init__(self):
+        self._heap: list[tuple[tuple[int, int], Request]] = []
+
+    def push(self, request: Request) -> None:
+        heapq.heappush(self._heap, (request.order_key, request))
+
+    def peek(self) -> Request:
+        return self._heap[0][1]
+
+    def pop(self) -> Request:
+        return heapq.heappop(self._heap)[1]
+
+    def remove(self, request: Request) -> bool:
+        for i, (_, r) in enumerate(self._heap):
+            if r is request:
+                self._heap.pop(i)
+                heapq.heapify(self._heap)
+                return True
+        return False
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self):
+        return (r for _, r in self._heap)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, blocks: BlockManager):
+        self.config = config
+        self.blocks = blocks
+        self.waiting = WaitingQueue()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+
+    def add(self, request: Request) -> None:
+        request.status = RequestStatus.WAITING
+        self.waiting.push(request)
+
+    def has_work(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    def oldest_waiting_arrival(self) -> float | None:
+        """Arrival time of the request waiting longest for its first schedule (None if none)."""
+        first = [r.times.arrival for r in self.waiting if r.times.first_scheduled is None]
+        return min(first) if first else None
+
+    def schedule(self) -> SchedulerOutput:
+        budget = self.config.max_num_batched_tokens
+        chunks: list[ScheduledChunk] = []
+        preempted: list[Request] = []
+        scheduled_ids: set[str] = set()
+
+        # 1. Running requests, most important first, so preemption takes from the tail.
+        self.running.sort(key=lambda r: r.order_key)
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = min(req.num_uncomputed_tokens, budget)
+            while not self.blocks.can_hold(req.request_id, req.num_computed_tokens + n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                self.blocks.grow(req.request_id, req.num_computed_tokens + n)
+                chunks.append(ScheduledChunk(req, req.num_computed_tokens, n))
+                scheduled_ids.add(req.request_id)
+                budget -= n
+                i += 1
+                continue
+            # `req` itself was preempted; the loop index now points at the next request.
+
+        # 2. Admit waiting requests, unless this step already had to preempt.
+        if not preempted:
+            while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
+                req = self.waiting.peek()
+                n = min(req.num_uncomputed_tokens, budget)
+                if self.config.long_prefill_threshold:
+                    n = min(n, self.config.long_prefill_threshold)
+                if not self.blocks.can_hold(req.request_id, req.num_computed_tokens + n):
+                    break
+                self.waiting.pop()
+                self.blocks.grow(req.request_id, req.num_computed_tokens + n)
+                req.status = RequestStatus.RUNNING
+                if req.times.first_scheduled is None:
+                    req.times.first_scheduled = time.monotonic()
+                self.running.append(req)
+                chunks.append(ScheduledChunk(req, req.num_computed_tokens, n))
+                budget -= n
+        return SchedulerOutput(tuple(chunks), tuple(preempted))
+
+    def _preempt(self, req: Request) -> None:
+        """Recompute later: drop its blocks, forget computed tokens, requeue at its old place."""
+        self.running.remove(req)
+        self.blocks.free(req.request_id)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        req.status = RequestStatus.PREEMPTED
+        self.waiting.push(req)
+
+    def commit(self, out: SchedulerOutput) -> None:
+        """The model ran: advance every scheduled request's counter."""
+        for c in out.chunks:
+            c.request.num_computed_tokens = c.start + c.num_tokens
+
+    def finish(self, req: Request, reason: str) -> None:
+        """Finished or aborted: its blocks go back to the pool now."""
+        if req.status is RequestStatus.RUNNING:
+            self.running.remove(req)
+        elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            self.waiting.remove(req)
+        self.blocks.free(req.request_id)
+        req.status = RequestStatus.FINISHED
+        req.finish_reason = reason
+        req.times.finished = time.monotonic()
