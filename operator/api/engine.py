@@ -1,0 +1,63 @@
+"""`spec.engine` and `spec.rollout`: the engine container and how its pods are replaced.
+
+Only the engine knobs users commonly set are typed here; anything else in the engine's own config
+schema (`llmop.engine.config.EngineConfig`) goes in `overrides`, validated by that schema when the
+operator renders the ConfigMap, so the two never drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from llmop.operator.api.base import CRDModel
+
+ResourceMap = dict[str, str]
+
+
+class ResourcesSpec(CRDModel):
+    """CPU and memory of the engine container; the GPU count is set by sizing, not here."""
+
+    requests: ResourceMap = Field(
+        default_factory=dict, description="Resource requests, e.g. {cpu: '4', memory: 32Gi}."
+    )
+    limits: ResourceMap = Field(default_factory=dict, description="Resource limits, e.g. {memory: 64Gi}.")
+
+
+class EngineSpec(CRDModel):
+    """The engine container (`llmop serve --config /etc/llmop/engine.yaml`)."""
+
+    image: str | None = Field(
+        None, max_length=512, description="Engine image; defaults to the operator's configured engine image."
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, le=16777216, description="Longest sequence (prompt + output) in tokens; default: the model's."
+    )
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=4096, description="Most sequences scheduled at once per replica."
+    )
+    max_num_batched_tokens: int | None = Field(
+        None, ge=16, le=1048576, description="Token budget of one engine step (prefill chunks + decodes)."
+    )
+    port: int = Field(8000, ge=1, le=65535, description="Port of the OpenAI-compatible HTTP API.")
+    drain_timeout_seconds: int = Field(
+        30, ge=0, le=3600, description="On shutdown, in-flight requests may finish for this long."
+    )
+    extra_args: list[str] = Field(default_factory=list, description="Extra arguments to `llmop serve`.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Any other engine config fields (snake_case, as in the engine's config file), e.g. "
+            "{max_waiting_requests: 512}; checked against the engine's schema."
+        ),
+    )
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="CPU and memory.")
+
+
+class RolloutSpec(CRDModel):
+    """Rolling update of engine pods. The default replaces one pod at a time and needs no spare GPUs."""
+
+    max_surge: int = Field(0, ge=0, le=1000, description="Extra pods during a rollout (each needs its GPUs).")
+    max_unavailable: int = Field(1, ge=0, le=1000, description="Pods that may be down during a rollout.")
+

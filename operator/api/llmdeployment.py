@@ -1,0 +1,84 @@
+"""The LLMDeployment custom resource (`llmdeployments.llmop.dev/v1alpha1`): spec, status, names.
+
+One object describes one served model: what to serve, on which GPUs, with how much KV cache; the
+operator sizes tensor parallelism and reconciles it into a ConfigMap, Deployment, Service and PDB.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from llmop.operator.api.accelerator import AcceleratorSpec
+from llmop.operator.api.base import CRDModel, cel
+from llmop.operator.api.engine import EngineSpec, RolloutSpec
+from llmop.operator.api.kvcache import KVCacheSpec
+from llmop.operator.api.model import AdapterSpec, ModelSpec
+from llmop.operator.api.parallelism import ParallelismSpec
+from llmop.operator.api.pod import PodTemplateOverrides
+from llmop.operator.api.status import LLMDeploymentStatusBase
+from llmop.operator.autoscaling.spec import AutoscalingSpec, AutoscalingStatus
+
+GROUP = "llmop.dev"
+VERSION = "v1alpha1"
+KIND = "LLMDeployment"
+PLURAL = "llmdeployments"
+SINGULAR = "llmdeployment"
+SHORT_NAMES = ["llmd"]
+API_VERSION = f"{GROUP}/{VERSION}"
+
+
+class LLMDeploymentSpec(CRDModel):
+    """A served LLM: model, accelerator, KV budget, parallelism, engine, replicas, adapters."""
+
+    model_config = CRDModel.model_config | {
+        "json_schema_extra": cel(
+            (
+                "!has(self.kvCache) || !has(self.kvCache.contextLength) || !has(self.engine)"
+                " || !has(self.engine.maxModelLen) || self.kvCache.contextLength <= self.engine.maxModelLen",
+                "kvCache.contextLength must not exceed engine.maxModelLen",
+                ".kvCache.contextLength",
+            ),
+            (
+                "!has(self.autoscaling) || !self.autoscaling.enabled || !has(self.replicas)"
+                " || (self.replicas >= self.autoscaling.minReplicas && self.replicas <= self.autoscaling.maxReplicas)",
+                "replicas must be within autoscaling.minReplicas..maxReplicas when autoscaling is enabled",
+                ".replicas",
+            ),
+            (
+                "!has(self.rollout) || self.rollout.maxSurge > 0 || self.rollout.maxUnavailable > 0",
+                "rollout.maxSurge and rollout.maxUnavailable cannot both be 0",
+                ".rollout",
+            ),
+        )
+    }
+
+    model: ModelSpec = Field(default_factory=ModelSpec, description="The model to serve.")
+    accelerator: AcceleratorSpec = Field(default_factory=AcceleratorSpec, description="GPUs of the engine pods.")
+    kv_cache: KVCacheSpec = Field(default_factory=KVCacheSpec, description="KV cache budget per replica.")
+    parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec, description="Tensor parallelism.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="The engine container.")
+    replicas: int = Field(
+        1,
+        ge=0,
+        le=1000,
+        description="Engine replicas; written through /scale by the autoscaler when it is enabled.",
+    )
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec, description="Scale replicas on queue wait time."
+    )
+    adapters: list[AdapterSpec] = Field(
+        default_factory=list,
+        max_length=256,
+        description="LoRA adapters loaded at start-up.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rolling update of engine pods.")
+    pod_template: PodTemplateOverrides = Field(
+        default_factory=PodTemplateOverrides, description="Labels, annotations and scheduling of engine pods."
+    )
+
+
+class LLMDeploymentStatus(LLMDeploymentStatusBase):
+    """What the operator decided and observed."""
+
+    autoscaling: AutoscalingStatus | None = Field(None, description="Written by the autoscaler.")

@@ -1,0 +1,90 @@
+"""`spec.model`: which checkpoint to serve, where it comes from, and its shape for sizing.
+
+The operator sizes tensor parallelism before any pod exists, so it needs the architecture without
+reading weights: from `architecture` when given, else from the built-in catalog by name.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from llmop.operator.api.base import CRDModel, cel
+
+SOURCE_PATTERN = r"^(hf://[^/\s]+/[^/\s@]+(@[^\s]+)?|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^\s]*)?|s3://[^/\s]+(/[^\s]*)?|/[^\s]*)$"
+
+WeightDType = Literal["float32", "bfloat16", "float16", "fp8", "int8", "int4"]
+
+
+class ArchitectureSpec(CRDModel):
+    """The numbers sizing needs, as in the model's config.json; give them when the operator cannot
+    know the model by name."""
+
+    model_config = CRDModel.model_config | {
+        "json_schema_extra": cel(
+            ("self.kvHeads <= self.attentionHeads", "kvHeads must not exceed attentionHeads", ".kvHeads"),
+            (
+                "self.attentionHeads % self.kvHeads == 0",
+                "attentionHeads must be a multiple of kvHeads (grouped-query attention)",
+                ".kvHeads",
+            ),
+        )
+    }
+
+    parameters: int = Field(ge=1, description="Total parameter count, e.g. 70553706496 for Llama 3 70B.")
+    layers: int = Field(ge=1, le=1024, description="Transformer layers (num_hidden_layers).")
+    attention_heads: int = Field(ge=1, le=1024, description="Query heads (num_attention_heads).")
+    kv_heads: int = Field(ge=1, le=1024, description="Key/value heads (num_key_value_heads).")
+    head_dim: int = Field(ge=1, le=1024, description="Dimension of one attention head (head_dim).")
+    dtype: WeightDType = Field("bfloat16", description="Data type the weights are stored and served in.")
+    max_context_length: int | None = Field(
+        None, ge=16, description="The model's context window (max_position_embeddings)."
+    )
+
+
+class ModelSpec(CRDModel):
+    """The model to serve. Leave `source` out to serve the engine's embedded SmolLM2-135M."""
+
+    name: str | None = Field(
+        None,
+        max_length=253,
+        description=(
+            "Name clients put in the OpenAI `model` field; defaults to the LLMDeployment's name. "
+            "Also used to look the architecture up in the built-in catalog (e.g. "
+            "meta-llama/Meta-Llama-3-8B-Instruct)."
+        ),
+    )
+    source: str | None = Field(
+        None,
+        pattern=SOURCE_PATTERN,
+        description=(
+            "Where the weights are: hf://org/name[@revision] (downloaded by an init container), "
+            "pvc://claim/path (mounted read-only), s3://bucket/prefix (downloaded by an init "
+            "container), or an absolute path inside the engine image. Empty: the embedded model."
+        ),
+    )
+    credentials_secret: str | None = Field(
+        None,
+        max_length=253,
+        description="Secret whose keys become environment variables of the downloader (HF_TOKEN, AWS_*).",
+    )
+    architecture: ArchitectureSpec | None = Field(
+        None, description="Architecture for sizing; required when the catalog does not know the model."
+    )
+
+
+class AdapterSpec(CRDModel):
+    """A LoRA adapter loaded at start-up on every replica."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
+        description="Name requests select the adapter by (the OpenAI `model` field).",
+    )
+    source: str = Field(
+        pattern=SOURCE_PATTERN,
+        description="Where the PEFT adapter directory is (same forms as spec.model.source).",
+    )
+    pinned: bool = Field(False, description="Keep the adapter resident on the GPU (never evicted).")

@@ -1,0 +1,37 @@
+"""Run the llmop operator: reconcile LLMDeployments into engine ConfigMaps, Deployments, Services, PDBs.
+
+Watches all namespaces by default, or the ones given with --namespace (the chart's namespaced mode).
+Credentials: in-cluster when running in a pod, else --kubeconfig / KUBECONFIG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then KUBECONFIG)")
+    parser.add_argument("-n", "--namespace", action="append", default=[], help="watch only this namespace")
+    parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
+    parser.add_argument("--verbose", action="store_true", help="debug logging")
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from llmop.operator import handlers
+
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = os.path.abspath(args.kubeconfig)  # kopf's own login reads it
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    handlers.init(args.kubeconfig)
+    kopf.run(
+        standalone=True,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace or None,
+        liveness_endpoint=args.liveness or None,
+    )
+    return 0

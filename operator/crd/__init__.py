@@ -1,0 +1,1 @@
+"""The CRD, generated: pydantic models → structural OpenAPI v3 schema → CustomResourceDefinition."""

@@ -1,0 +1,115 @@
+"""kopf handlers: every trigger runs the same level-based reconcile (`reconcile.reconciler`).
+
+Triggers: an LLMDeployment is created, its spec changes, the operator (re)starts, an owned object
+changes (drift is reverted, Deployment progress reaches status) and a slow resync timer. Errors map
+to kopf's retry model: API trouble is a TemporaryError (retried with backoff), a spec that can never
+work is a PermanentError (recorded in status and an Event; retried only when the spec changes).
+Other handler modules (the autoscaler's timer) register beside these; see `HANDLER_MODULES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from llmop.operator.api.llmdeployment import GROUP, KIND, PLURAL, VERSION
+from llmop.operator.build.desired import SpecError
+from llmop.operator.build.settings import Settings
+from llmop.operator.kube.client import Kube, make_api_client
+from llmop.operator.reconcile.reconciler import Reconciler
+
+# Modules that add handlers of their own when present.
+HANDLER_MODULES = ["llmop.operator.autoscaling.timer"]
+RESYNC_SECONDS = 300.0
+OWNED = [("", "v1", "configmaps"), ("", "v1", "services"), ("apps", "v1", "deployments"),
+         ("policy", "v1", "poddisruptionbudgets")]  # fmt: skip
+MANAGED = {"app.kubernetes.io/managed-by": "llmop"}
+
+_state: dict[str, Reconciler] = {}
+
+
+def init(kubeconfig: str | None = None, settings: Settings | None = None) -> Reconciler:
+    """Create the reconciler the handlers use (called by `llmop operator` before kopf starts)."""
+    settings = settings or Settings.from_env()
+    _state["reconciler"] = Reconciler(Kube(make_api_client(kubeconfig), settings.field_manager), settings)
+    for name in HANDLER_MODULES:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
+    return _state["reconciler"]
+
+
+def reconciler() -> Reconciler:
+    """The process's reconciler (for handler modules registered beside these)."""
+    return _state["reconciler"]
+
+
+def _run(fn, *args) -> Any:
+    try:
+        return fn(*args)
+    except SpecError as err:
+        raise kopf.PermanentError(f"{err.reason}: {err}") from err
+    except ApiException as err:
+        if err.status in (400, 422):  # the operator built something the API server rejects
+            raise kopf.PermanentError(f"API server refused: {err.status} {err.reason}: {err.body}") from err
+        raise kopf.TemporaryError(f"API error {err.status}: {err.reason}", delay=5) from err
+    except (OSError, ConnectionError) as err:
+        raise kopf.TemporaryError(f"API unreachable: {err}", delay=5) from err
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """kopf's bookkeeping under llmop.dev annotations; no kopf Events (we post our own)."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.posting.enabled = False
+    settings.execution.max_workers = 8
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def reconcile_llmdeployment(body: kopf.Body, **_: Any) -> None:
+    """The LLMDeployment appeared, changed, or the operator restarted."""
+    _run(reconciler().reconcile, dict(body))
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, idle=None)
+def resync(body: kopf.Body, **_: Any) -> None:
+    """A slow safety net: anything a missed watch event left behind converges here."""
+    try:
+        _run(reconciler().reconcile, dict(body))
+    except kopf.PermanentError:
+        pass  # already recorded in status; a timer must not keep reporting it
+
+
+def _owner_name(body: kopf.Body) -> str | None:
+    for ref in body.get("metadata", {}).get("ownerReferences", []):
+        if ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(f"{GROUP}/"):
+            return ref["name"]
+    return None
+
+
+def _owned_changed(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa: A002 (kopf's name)
+    """An owned object changed or was deleted: revert drift, recreate, refresh status."""
+    name = _owner_name(body)
+    if name is None:
+        return
+    try:
+        _run(reconciler().reconcile_named, body["metadata"]["namespace"], name)
+    except kopf.PermanentError:
+        pass  # recorded in the owner's status by the reconcile itself
+
+
+for _group, _version, _plural in OWNED:
+    kopf.on.event(_group, _version, _plural, labels=MANAGED)(_owned_changed)

@@ -1,0 +1,1 @@
+"""A thin, counted layer over the Kubernetes API: server-side apply, status patches, Events."""

@@ -1,0 +1,114 @@
+"""The few API calls the reconciler makes, on a `kubernetes.client.ApiClient`, each counted.
+
+Paths are built from the object's apiVersion and kind, so one `apply()` serves every kind the
+operator owns; the counts feed the scale benchmark (API requests per LLMDeployment).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from llmop.operator.api.llmdeployment import GROUP, KIND, PLURAL, VERSION
+
+PLURALS = {
+    "ConfigMap": "configmaps",
+    "Service": "services",
+    "Deployment": "deployments",
+    "PodDisruptionBudget": "poddisruptionbudgets",
+    "HorizontalPodAutoscaler": "horizontalpodautoscalers",
+    "Event": "events",
+    KIND: PLURAL,
+}
+
+
+def make_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG or the path)."""
+    cfg = k8s.Configuration()
+    try:
+        if kubeconfig:
+            raise k8s_config.ConfigException("kubeconfig given")
+        k8s_config.load_incluster_config(client_configuration=cfg)
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    return k8s.ApiClient(cfg)
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    """/api/v1/namespaces/ns/configmaps/name, /apis/apps/v1/namespaces/ns/deployments/name, …"""
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{namespace}/{PLURALS[kind]}"
+    return f"{path}/{name}" if name else path
+
+
+class Kube:
+    """The reconciler's view of the API server."""
+
+    def __init__(self, api: k8s.ApiClient, field_manager: str = "llmop"):
+        self.api = api
+        self.field_manager = field_manager
+        self.requests: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _call(self, verb: str, path: str, body: Any = None, query=(), content_type: str = "application/json"):
+        with self._lock:
+            self.requests[verb] += 1
+        return self.api.call_api(
+            path,
+            verb,
+            query_params=list(query),
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            response_type="object",
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+        )
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply `obj` as the operator's field manager (force: the operator owns these
+        fields); returns the object as stored, status included."""
+        m = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], m["namespace"], m["name"])
+        query = [("fieldManager", self.field_manager), ("force", "true")]
+        return self._call("PATCH", path, obj, query, "application/apply-patch+yaml")
+
+    def get_llmdeployment(self, namespace: str, name: str) -> dict[str, Any]:
+        """The LLMDeployment as stored (raises ApiException 404 when it is gone)."""
+        return self._call("GET", object_path(f"{GROUP}/{VERSION}", KIND, namespace, name))
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the LLMDeployment's status subresource (the operator never writes spec)."""
+        path = object_path(f"{GROUP}/{VERSION}", KIND, namespace, name) + "/status"
+        return self._call("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
+
+    def event(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post a core/v1 Event about the LLMDeployment `body` (`kubectl describe` shows it)."""
+        m = body["metadata"]
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{m['name']}.", "namespace": m["namespace"]},
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": KIND,
+                "name": m["name"],
+                "namespace": m["namespace"],
+                "uid": m["uid"],
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": self.field_manager},
+            "reportingComponent": f"{GROUP}/operator",
+            "reportingInstance": self.field_manager,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._call("POST", object_path("v1", "Event", m["namespace"]), event)

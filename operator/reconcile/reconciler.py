@@ -1,0 +1,106 @@
+"""One reconcile of one LLMDeployment: desired state → server-side apply → status → Events.
+
+Level-based and idempotent: every trigger (create, spec change, a change to an owned object, the
+resync timer, operator restart) runs the same function on the object as stored, so it converges to
+the same state however often or in whatever order it runs. Nothing here decides; it calls the pure
+builders and status functions and does the I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from llmop.operator.build.desired import SpecError, desired_state
+from llmop.operator.build.settings import Settings
+from llmop.operator.kube.client import Kube
+from llmop.operator.reconcile.conditions import get_condition
+from llmop.operator.reconcile.status import changed, failed_status, healthy_status
+
+log = logging.getLogger("llmop.operator")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one reconcile did (for logs and tests)."""
+
+    applied: int
+    status_written: bool
+    error: SpecError | None = None
+
+
+class Reconciler:
+    """Reconciles LLMDeployments through a `Kube`; safe to call from several threads."""
+
+    def __init__(self, kube: Kube, settings: Settings):
+        self.kube = kube
+        self.settings = settings
+        self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+
+    def reconcile_named(self, namespace: str, name: str) -> Outcome | None:
+        """Reconcile by name (triggers from owned objects); None when the LLMDeployment is gone."""
+        try:
+            body = self.kube.get_llmdeployment(namespace, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return self.reconcile(body)
+
+    def reconcile(self, body: dict[str, Any]) -> Outcome:
+        """Bring the cluster to the state `body` describes. Raises SpecError (after recording it in
+        status and an Event) for a spec that cannot work; ApiException for the caller to retry."""
+        m = body["metadata"]
+        if m.get("deletionTimestamp"):
+            return Outcome(0, False)  # the garbage collector removes what it owned
+        with self._locks[(m["namespace"], m["name"])]:
+            return self._reconcile(body)
+
+    def _reconcile(self, body: dict[str, Any]) -> Outcome:
+        m, old = body["metadata"], body.get("status") or {}
+        try:
+            desired = desired_state(body, self.settings)
+        except SpecError as err:
+            new = failed_status(old, err, int(m.get("generation", 1)), _now())
+            self._write_status(body, old, new)
+            raise
+        stored = {o["kind"]: self.kube.apply(o) for o in desired.objects}
+        new = healthy_status(old, desired, stored["Deployment"], _now())
+        written = self._write_status(body, old, new)
+        return Outcome(len(stored), written)
+
+    def _write_status(self, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> bool:
+        """Patch status only when it changes (no resourceVersion churn); an Event per transition."""
+        if not changed(old, new):
+            return False
+        m = body["metadata"]
+        self.kube.patch_status(m["namespace"], m["name"], new)
+        for event in transitions(old, new):
+            self.kube.event(body, *event)
+        return True
+
+
+def transitions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Events (type, reason, message) for conditions whose status changed, and a new sizing plan."""
+    events = []
+    if new.get("sizing") and (old.get("sizing") or {}).get("summary") != new["sizing"].get("summary"):
+        events.append(("Normal", "Sized", new["sizing"]["summary"]))
+    for cond in new.get("conditions", []):
+        before = get_condition(old.get("conditions") or [], cond["type"])
+        if before and before.get("status") == cond["status"] and before.get("reason") == cond["reason"]:
+            continue
+        bad = (cond["type"] == "Degraded") == (cond["status"] == "True")
+        if cond["type"] == "Progressing" or cond["reason"] == "WaitingForReplicas" or (before is None and not bad):
+            continue  # progress is visible in status; only report news
+        events.append(("Warning" if bad else "Normal", cond["reason"], cond["message"] or cond["type"]))
+    return events

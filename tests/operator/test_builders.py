@@ -1,0 +1,123 @@
+"""Manifest builders, without a cluster: what each LLMDeployment turns into."""
+
+import pytest
+import yaml
+
+from llmop.engine.config import EngineConfig
+from llmop.operator.build.desired import SpecError, desired_state
+from llmop.operator.build.settings import Settings
+
+SETTINGS = Settings(engine_image="engine:test")
+
+
+def body(spec=None, name="chat"):
+    return {"metadata": {"name": name, "namespace": "ml", "uid": "uid-1", "generation": 3}, "spec": spec or {}}
+
+
+def objects(spec=None):
+    return {o["kind"]: o for o in desired_state(body(spec), SETTINGS).objects}
+
+
+def engine_config(objs) -> EngineConfig:
+    return EngineConfig.model_validate(yaml.safe_load(objs["ConfigMap"]["data"]["engine.yaml"]))
+
+
+def test_embedded_model_default():
+    objs = objects()
+    cfg = engine_config(objs)
+    assert cfg.model is None and cfg.served_model_name == "chat" and cfg.tensor_parallel_size == 1
+    assert cfg.host == "0.0.0.0" and cfg.max_model_len == 8192
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+def test_70b_gets_four_gpus_and_its_engine_limits():
+    objs = objects({
+        "model": {"source": "hf://meta-llama/Meta-Llama-3-70B-Instruct"},
+        "kvCache": {"concurrency": 100, "contextLength": 4096},
+        "engine": {"maxNumSeqs": 128},
+    })  # fmt: skip
+    cfg = engine_config(objs)
+    assert cfg.tensor_parallel_size == 4 and cfg.max_num_seqs == 128
+    assert cfg.model == "/models/hf/meta-llama/Meta-Llama-3-70B-Instruct"
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    engine = pod["containers"][0]
+    assert engine["resources"]["requests"]["nvidia.com/gpu"] == "4"
+    assert engine["command"] == ["llmop", "serve", "--config", "/etc/llmop/engine.yaml"]
+    assert pod["initContainers"][0]["command"][:3] == ["hf", "download", "meta-llama/Meta-Llama-3-70B-Instruct"]
+
+
+def test_probes_drain_and_rollout():
+    dep = objects({"engine": {"drainTimeoutSeconds": 60}})["Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert c["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+    assert pod["terminationGracePeriodSeconds"] == 5 + 60 + 10  # preStop + drain + margin
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    ann = dep["spec"]["template"]["metadata"]["annotations"]
+    assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == "8000"
+
+
+def test_replicas_come_from_spec():
+    assert objects({"replicas": 3})["Deployment"]["spec"]["replicas"] == 3
+
+
+def test_labels_and_owner_reference():
+    for obj in objects().values():
+        meta = obj["metadata"]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "llmop"
+        assert meta["labels"]["app.kubernetes.io/instance"] == "chat"
+        (ref,) = meta["ownerReferences"]
+        assert ref["kind"] == "LLMDeployment" and ref["uid"] == "uid-1" and ref["controller"] is True
+
+
+def test_config_change_rolls_pods_and_nothing_else_does():
+    def hash_of(spec):
+        return objects(spec)["Deployment"]["spec"]["template"]["metadata"]["annotations"]["llmop.dev/config-hash"]
+
+    assert hash_of({"engine": {"maxModelLen": 4096}}) != hash_of({"engine": {"maxModelLen": 2048}})
+    assert hash_of({"replicas": 1}) == hash_of({"replicas": 5})
+
+
+def test_sources_pvc_s3_and_adapters():
+    objs = objects({
+        "model": {"source": "pvc://weights/llama3-8b", "name": "meta-llama/Meta-Llama-3-8B"},
+        "adapters": [{"name": "sql", "source": "s3://bucket/sql"}],
+    })  # fmt: skip
+    cfg = engine_config(objs)
+    assert cfg.model == "/mnt/pvc/weights/llama3-8b"
+    assert cfg.adapters[0].source == "/models/s3/bucket/sql"
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert claims == ["weights"]
+    assert pod["initContainers"][0]["name"] == "fetch-adapter-0"
+
+
+def test_accelerator_placement():
+    pod = objects({"accelerator": {"product": "NVIDIA-H100-80GB-HBM3", "nodeSelector": {"pool": "gpu"}}})[
+        "Deployment"
+    ]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "gpu", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize(
+    "spec,condition,reason",
+    [
+        ({"model": {"source": "pvc://x/unknown"}}, "SizingValid", "ArchitectureUnknown"),
+        ({"model": {"source": "hf://meta-llama/Meta-Llama-3-70B"}, "kvCache": {"budgetTokens": 10_000_000}},
+         "SizingValid", "DoesNotFit"),
+        ({"engine": {"overrides": {"no_such_field": 1}}}, "Degraded", "InvalidEngineConfig"),
+    ],
+)  # fmt: skip
+def test_spec_errors_build_nothing(spec, condition, reason):
+    with pytest.raises(SpecError) as err:
+        desired_state(body(spec), SETTINGS)
+    assert (err.value.condition, err.value.reason) == (condition, reason)
+
+
+def test_builders_are_deterministic():
+    assert objects({"replicas": 2}) == objects({"replicas": 2})
