@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from ._triton import jit, tl
+from ._triton import jit, mma, tl
 
 LOG2E = 1.4426950408889634
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -81,7 +81,7 @@ def attend_kv_range(
     k_cache_ptr, v_cache_ptr, block_table_ptr, kv_head, block_size,
     stride_cb, stride_co, stride_ch,
     kv_start, kv_end, qk_scale, offs_d, d_mask,
-    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, DOT: tl.constexpr,
 ):
     """Online-softmax attention of the rows in `q` over context positions [kv_start, kv_end).
 
@@ -96,7 +96,7 @@ def attend_kv_range(
         kv_offs = slot_off[:, None] + offs_d[None, :]
         kv_mask = n_mask[:, None] & d_mask[None, :]
         k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+        s = mma(q, tl.trans(k), DOT) * qk_scale
         visible = (offs_n[None, :] <= q_pos[:, None]) & n_mask[None, :]
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -105,7 +105,7 @@ def attend_kv_range(
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, DOT)
         m_i = m_new
     return acc, m_i, l_i
 
@@ -118,7 +118,8 @@ def gather_context(key_cache, value_cache, block_tables, seq_lens, max_len):
     """Gather each sequence's keys/values into `[num_seqs, max_len, num_kv_heads, head_dim]`.
 
     Returns (keys, values, valid) with `valid[s, l] = l < seq_lens[s]`; positions past a sequence's
-    length read block 0 (padded block-table entries are never dereferenced).
+    length come out as zeros (padded block-table entries and stale cache slots, possibly NaN, are
+    never used).
     """
     block_size = key_cache.shape[1]
     pos = torch.arange(max_len, device=seq_lens.device)
@@ -128,7 +129,8 @@ def gather_context(key_cache, value_cache, block_tables, seq_lens, max_len):
     slots = blocks * block_size + pos % block_size
     flat_k = key_cache.reshape(-1, *key_cache.shape[2:])
     flat_v = value_cache.reshape(-1, *value_cache.shape[2:])
-    return flat_k[slots], flat_v[slots], valid
+    keep = valid[:, :, None, None]
+    return flat_k[slots].where(keep, 0), flat_v[slots].where(keep, 0), valid
 
 
 def attend_dense(q, k, v, visible, scale):

@@ -79,9 +79,24 @@ def next_pow2(n: int, minimum: int = 1) -> int:
     return max(minimum, 1 << max(0, int(n) - 1).bit_length())
 
 
-def dot_precision(dtype: torch.dtype):
-    """`tl.dot` input precision: exact fp32 for float32 inputs (no TF32), the default otherwise."""
-    return "ieee" if dtype == torch.float32 else None
+def dot_mode(dtype: torch.dtype) -> str:
+    """How `mma` multiplies tiles of this dtype: "ieee" (exact fp32, no TF32) for float32,
+    "upcast" for bfloat16 under the interpreter (its bf16 dot is wrong; products of bf16 are exact
+    in fp32, so upcasting is what the GPU computes), "native" otherwise."""
+    if dtype == torch.float32:
+        return "ieee"
+    return "upcast" if INTERPRET and dtype == torch.bfloat16 else "native"
+
+
+@jit
+def mma(a, b, DOT: tl.constexpr):
+    """`tl.dot(a, b)` with float32 accumulation, in the mode chosen by `dot_mode`."""
+    if DOT == "upcast":
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    elif DOT == "ieee":
+        return tl.dot(a, b, input_precision="ieee")
+    else:
+        return tl.dot(a, b)
 
 
 def cdiv(a: int, b: int) -> int:

@@ -20,7 +20,7 @@ from ._paged_attention import (
     LOG2E, attend_dense, attend_kv_range, check_attention_inputs, check_out, gather_context, load_rows,
     softmax_scale, store_rows,
 )
-from ._triton import cdiv, check_launchable, dot_precision, jit, next_pow2, tl
+from ._triton import cdiv, check_launchable, dot_mode, jit, next_pow2, tl
 
 MAX_SPLITS = 16
 
@@ -31,7 +31,7 @@ def paged_attention_decode_kernel(
     qk_scale, block_size, stride_bt, stride_qt, stride_qh, stride_ot, stride_oh,
     stride_cb, stride_co, stride_ch,
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT: tl.constexpr,
 ):
     seq = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -56,7 +56,7 @@ def paged_attention_decode_kernel(
     acc, m_i, l_i = attend_kv_range(
         q, q_pos, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, block_tables_ptr + seq.to(tl.int64) * stride_bt,
         kv_head, block_size, stride_cb, stride_co, stride_ch, kv_start, kv_end, qk_scale, offs_d, d_mask,
-        BLOCK_N, PRECISION,
+        BLOCK_N, DOT,
     )
     has = l_i > 0
     o = acc / tl.where(has, l_i, 1.0)[:, None]
@@ -143,7 +143,7 @@ def paged_attention_decode(
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         GQA=gqa, HEAD_DIM=head_dim, NUM_SPLITS=num_splits,
-        BLOCK_M=next_pow2(gqa, 16), BLOCK_N=block_n, BLOCK_D=block_d, PRECISION=dot_precision(query.dtype),
+        BLOCK_M=next_pow2(gqa, 16), BLOCK_N=block_n, BLOCK_D=block_d, DOT=dot_mode(query.dtype),
     )
     if num_splits > 1:
         merge_splits_kernel[(num_seqs, query.shape[1])](

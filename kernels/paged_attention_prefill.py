@@ -19,7 +19,7 @@ from ._paged_attention import (
     LOG2E, attend_dense, attend_kv_range, check_attention_inputs, check_out, gather_context, load_rows,
     softmax_scale, store_rows,
 )
-from ._triton import check_launchable, dot_precision, jit, next_pow2, tl
+from ._triton import check_launchable, dot_mode, jit, next_pow2, tl
 from .paged_attention_decode import ref_paged_attention_decode
 
 
@@ -45,7 +45,7 @@ def paged_attention_prefill_kernel(
     num_seqs, qk_scale, block_size, stride_bt, stride_qt, stride_qh, stride_ot, stride_oh,
     stride_cb, stride_co, stride_ch,
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT: tl.constexpr,
 ):
     pid = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -74,7 +74,7 @@ def paged_attention_prefill_kernel(
     acc, m_i, l_i = attend_kv_range(
         q, q_pos, acc, m_i, l_i, k_cache_ptr, v_cache_ptr, block_tables_ptr + seq.to(tl.int64) * stride_bt,
         kv_head, block_size, stride_cb, stride_co, stride_ch, 0, kv_end, qk_scale, offs_d, d_mask,
-        BLOCK_N, PRECISION,
+        BLOCK_N, DOT,
     )
     o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     store_rows(out_ptr, o, tok, head, row_valid, stride_ot, stride_oh, offs_d, d_mask)
@@ -113,7 +113,7 @@ def paged_attention_prefill(
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         GQA=gqa, HEAD_DIM=head_dim, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_D=next_pow2(head_dim, 16), PRECISION=dot_precision(query.dtype),
+        BLOCK_D=next_pow2(head_dim, 16), DOT=dot_mode(query.dtype),
     )
     return out
 
