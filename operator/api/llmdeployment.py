@@ -39,12 +39,6 @@ class LLMDeploymentSpec(CRDModel):
                 ".kvCache.contextLength",
             ),
             (
-                "!has(self.autoscaling) || !self.autoscaling.enabled || !has(self.replicas)"
-                " || (self.replicas >= self.autoscaling.minReplicas && self.replicas <= self.autoscaling.maxReplicas)",
-                "replicas must be within autoscaling.minReplicas..maxReplicas when autoscaling is enabled",
-                ".replicas",
-            ),
-            (
                 "!has(self.rollout) || self.rollout.maxSurge > 0 || self.rollout.maxUnavailable > 0",
                 "rollout.maxSurge and rollout.maxUnavailable cannot both be 0",
                 ".rollout",
@@ -61,7 +55,10 @@ class LLMDeploymentSpec(CRDModel):
         1,
         ge=0,
         le=1000,
-        description="Engine replicas; written through /scale by the autoscaler when it is enabled.",
+        description=(
+            "Engine replicas; written through /scale by the autoscaler when it is enabled (which "
+            "keeps it within minReplicas..maxReplicas); leave it out of GitOps manifests then."
+        ),
     )
     autoscaling: AutoscalingSpec = Field(
         default_factory=AutoscalingSpec, description="Scale replicas on queue wait time."
