@@ -144,14 +144,15 @@ def _row_block(num_tokens: int) -> int:
 def lora_shrink(x, lora_a, token_slot, out=None, *, groups=None):
     """Triton: `out[t] = x[t] @ lora_a[token_slot[t]]^T` for tokens with a slot.
 
-    x: `[num_tokens, in_features]` (row stride free); lora_a: contiguous `[num_slots, max_rank,
-    in_features]`, same dtype; token_slot: int `[num_tokens]` (-1 = none: that row of `out` is not
+    x: `[num_tokens, in_features]` (row stride free); lora_a: `[num_slots, max_rank, in_features]`,
+    same dtype, contiguous in its last dim (so a rank slice `lora_a[:, :r]` works: a batch of
+    small-rank adapters need not pay for the padding); token_slot: int `[num_tokens]` (-1 = none: that row of `out` is not
     written).  out: float `[num_tokens, max_rank]`, float32 allocated when None.  Returns out.
     """
     out = check_shrink_inputs(x, lora_a, token_slot, out)
     check_launchable(x, lora_a, token_slot, out)
-    if x.stride(1) != 1 or out.stride(1) != 1 or not lora_a.is_contiguous():
-        raise ValueError("x and out need contiguous rows, lora_a must be contiguous")
+    if x.stride(1) != 1 or out.stride(1) != 1 or lora_a.stride(2) != 1:
+        raise ValueError("x, out and lora_a must be contiguous in their last dimension")
     num_tokens, in_features = x.shape
     num_slots, rank = lora_a.shape[:2]
     groups = _groups(token_slot, num_slots, groups)
@@ -172,13 +173,14 @@ def lora_expand(y, h, lora_b, scaling, token_slot, *, groups=None):
 
     y: `[num_tokens, out_features]`, the base layer's output (may be a column slice of a wider
     output: only the row stride is free); h: `[num_tokens, max_rank]` from `lora_shrink` (cast to
-    the weights' dtype for the product); lora_b: contiguous `[num_slots, out_features, max_rank]`;
+    the weights' dtype for the product); lora_b: `[num_slots, out_features, max_rank]`, contiguous
+    in its last dim (a rank slice `lora_b[..., :r]` works);
     scaling: float32 `[num_slots]`.  Rows without an adapter are untouched.  Returns y.
     """
     check_expand_inputs(y, h, lora_b, scaling, token_slot)
     check_launchable(y, h, lora_b, scaling, token_slot)
-    if y.stride(1) != 1 or h.stride(1) != 1 or not lora_b.is_contiguous():
-        raise ValueError("y and h need contiguous rows, lora_b must be contiguous")
+    if y.stride(1) != 1 or h.stride(1) != 1 or lora_b.stride(2) != 1:
+        raise ValueError("y, h and lora_b must be contiguous in their last dimension")
     num_tokens, out_features = y.shape
     num_slots, _, rank = lora_b.shape
     groups = _groups(token_slot, num_slots, groups)

@@ -94,3 +94,15 @@ def test_token_groups_are_stable_segments():
     g = lora_token_groups(slot, 4)
     assert g.bounds.tolist() == [2, 3, 5, 8, 8]
     assert g.order.tolist() == [2, 7, 3, 5, 6, 0, 1, 4]
+
+
+def test_rank_sliced_weight_views(device):
+    """A batch whose adapters all have rank <= r may pass `lora_a[:, :r]` / `lora_b[..., :r]`."""
+    x, a, b, scaling, slot, y = (t.to(device) for t in make_case(12, 3, 64, 64, 48, F32, "decode", seed=3))
+    a[:, 8:] = 0
+    b[..., 8:] = 0
+    h_full = ref_lora_shrink(x, a, slot, out=torch.zeros(12, 64, device=device))
+    h = lora_shrink(x, a[:, :8], slot, out=torch.zeros(12, 8, device=device))
+    torch.testing.assert_close(h, h_full[:, :8], atol=1e-5, rtol=1e-5)
+    out = lora_expand(y.clone(), h, b[..., :8], scaling, slot)
+    torch.testing.assert_close(out, ref_lora_expand(y.clone(), h_full, b, scaling, slot), atol=1e-5, rtol=1e-5)
