@@ -33,20 +33,19 @@ def check_cache_inputs(key, value, key_cache, value_cache, slot_mapping) -> None
 def reshape_and_cache_kernel(
     key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_mapping_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh,
-    NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
 ):
     tok = tl.program_id(0)
     slot = tl.load(slot_mapping_ptr + tok).to(tl.int64)
     if slot < 0:
         return
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, BLOCK_D)
-    mask = (offs_h[:, None] < NUM_HEADS) & (offs_d[None, :] < HEAD_DIM)
-    src_k = tok.to(tl.int64) * stride_kt + offs_h[:, None] * stride_kh + offs_d[None, :]
-    src_v = tok.to(tl.int64) * stride_vt + offs_h[:, None] * stride_vh + offs_d[None, :]
-    dst = slot * (NUM_HEADS * HEAD_DIM) + offs_h[:, None] * HEAD_DIM + offs_d[None, :]
-    k = tl.load(key_ptr + src_k, mask=mask)
-    v = tl.load(value_ptr + src_v, mask=mask)
+    offs = tl.arange(0, BLOCK)  # one token's NUM_HEADS * HEAD_DIM elements, flattened
+    mask = offs < NUM_HEADS * HEAD_DIM
+    head = offs // HEAD_DIM
+    dim = offs % HEAD_DIM
+    k = tl.load(key_ptr + tok.to(tl.int64) * stride_kt + head * stride_kh + dim, mask=mask)
+    v = tl.load(value_ptr + tok.to(tl.int64) * stride_vt + head * stride_vh + dim, mask=mask)
+    dst = slot * (NUM_HEADS * HEAD_DIM) + offs
     tl.store(key_cache_ptr + dst, k.to(key_cache_ptr.dtype.element_ty), mask=mask)
     tl.store(value_cache_ptr + dst, v.to(value_cache_ptr.dtype.element_ty), mask=mask)
 
@@ -67,8 +66,7 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     reshape_and_cache_kernel[(num_tokens,)](
         key, value, key_cache, value_cache, slot_mapping,
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        NUM_HEADS=num_heads, HEAD_DIM=head_dim,
-        BLOCK_H=next_pow2(num_heads), BLOCK_D=next_pow2(head_dim),
+        NUM_HEADS=num_heads, HEAD_DIM=head_dim, BLOCK=next_pow2(num_heads * head_dim, 16),
     )
 
 
