@@ -13,13 +13,16 @@ Then, in order:
 - bounds first: replicas outside [min, max] move to the bound whatever the metrics say;
 - no ready pod scraped → hold (a missing scrape is not a zero);
 - within 1 ± tolerance of the target → recommend the current count (no flapping near the target);
-- otherwise recommend ceil(pods × signal / target), where pods counts only ready, scraped pods
-  (starting pods are not capacity);
-- scale-down never goes below what the load needs at the learned per-pod capacity: queue wait is
-  ~0 until a pod saturates and then grows without bound, so a low signal does not say how much
-  capacity is spare; the admission rate of saturated pods does (see `Capacity`);
+  otherwise ceil(pods × signal / target), where pods counts only ready, scraped pods (starting
+  pods are not capacity);
+- the per-pod capacity, learned from pods whose queue never emptied during a window (their
+  admission rate is what one pod can do), turns the demand (arrivals, queue growth, backlog to
+  drain, and its rise forecast one pod start-up ahead) into the pods it needs: that count caps a
+  scale-up (a backlog keeps the wait high after enough capacity is ordered), floors a scale-down
+  (queue wait reads ~0 at any spare capacity, so a low wait does not say how much is spare), and
+  scales up before the queue forms when demand grows past it;
 - stabilization: scale up to the lowest recommendation of the up window, down to the highest of
-  the (longer) down window;
+  the (longer) down window, and only after a full down window of observations;
 - scale-down waits while a pod is unready or unscraped (its load is unknown);
 - rate limits: at most max(replicas, percent) per step, and a least period between moves.
 """
@@ -29,9 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-# Scale-down keeps pods below this share of their learned saturation throughput: with continuous
-# batching queue wait stays near zero up to the knee and explodes past it.
-MAX_UTILIZATION = 0.9
+# A backlog counts as extra demand that would clear it within this many metric windows.
+BACKLOG_DRAIN_WINDOWS = 2.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class PodSample:
     oldest_waiting_age: float | None = None
     waiting: float | None = None
     running: float | None = None
+    waiting_start: float | None = None  # requests waiting at the window's start
 
     @property
     def mean_queue_wait(self) -> float | None:
@@ -65,6 +68,22 @@ class PodSample:
         if not self.scraped or self.queue_time_count_delta is None or not self.window_seconds:
             return None
         return max(0.0, self.queue_time_count_delta) / self.window_seconds
+
+    @property
+    def demand_rate(self) -> float | None:
+        """Requests/s arriving (admitted plus queue growth) plus what drains the backlog within
+        BACKLOG_DRAIN_WINDOWS windows. None without a full window."""
+        rate = self.admission_rate
+        if rate is None or self.waiting is None or self.waiting_start is None:
+            return None
+        growth = (self.waiting - self.waiting_start) / self.window_seconds
+        drain = self.waiting / (BACKLOG_DRAIN_WINDOWS * self.window_seconds)
+        return max(0.0, rate + growth) + drain
+
+    @property
+    def saturated_throughout(self) -> bool:
+        """Requests waited at both ends of the window: its admission rate is its capacity."""
+        return bool(self.waiting_start) and bool(self.waiting) and self.admission_rate is not None
 
     @property
     def signal(self) -> float | None:
@@ -97,7 +116,12 @@ class Policy:
     target: float = 0.2
     tolerance: float = 0.1
     up: Rules = Rules(0, 4, 100, 15)
-    down: Rules = Rules(300, 1, 10, 60)
+    down: Rules = Rules(300, 2, 25, 30)
+    # Share of the learned per-pod capacity demand may use: with continuous batching queue wait
+    # stays near zero up to the knee and explodes past it, so keep below it.
+    target_utilization: float = 0.7
+    # How far ahead to forecast a rising demand: a pod ordered now serves this much later.
+    pod_startup_seconds: float = 60.0
 
     @classmethod
     def from_spec(cls, spec) -> "Policy":
@@ -118,6 +142,8 @@ class Policy:
             spec.tolerance,
             rules(spec.scale_up),
             rules(spec.scale_down),
+            spec.target_utilization,
+            spec.pod_startup_seconds,
         )
 
 
@@ -127,7 +153,8 @@ class History:
 
     `recommendations` are (unix time, raw recommended replicas), pruned to the longest window;
     `capacity_per_pod` is the learned admission rate (requests/s) of one saturated pod;
-    `since` is when recommendations started (scale-down needs a full window of them).
+    `since` is when recommendations started (scale-down needs a full window of them);
+    `demands` are recent demand estimates, whose trend forecasts demand one pod start-up ahead.
     """
 
     recommendations: tuple[tuple[float, int], ...] = ()
@@ -135,6 +162,7 @@ class History:
     last_scale_down: float | None = None
     capacity_per_pod: float | None = None
     since: float | None = None
+    demands: tuple[tuple[float, float], ...] = ()  # (unix time, demand req/s), for the trend
 
 
 @dataclass(frozen=True)
@@ -208,7 +236,9 @@ def decide(
         return result(current, reason, msg, history)
 
     capacity = _learn_capacity(ctx, history.capacity_per_pod)
-    raw, hold_reason, why = _recommend(ctx, capacity)
+    demand = _total(ctx, "demand_rate")
+    history = _remember_demand(history, now, demand, policy)
+    raw, hold_reason, why = _recommend(ctx, capacity, _forecast(history, now, demand, policy))
     history = _remember(history, now, raw, policy, capacity)
     desired, reason, message = _stabilize_and_limit(ctx, raw, hold_reason, why, history)
     if desired != current:
@@ -220,40 +250,99 @@ def _ratio(ctx: _Context) -> float:
     return ctx.signal / ctx.policy.target
 
 
-def _total_admission_rate(ctx: _Context) -> float | None:
-    rates = [p.admission_rate for p in ctx.scraped]
-    return None if any(r is None for r in rates) else sum(rates)
+def _total(ctx: _Context, rate: str) -> float | None:
+    """A per-pod rate summed over scraped pods; a pod without a full window yet (just Ready)
+    counts as the mean of the others (the load balancer spreads load evenly on average)."""
+    rates = [r for r in (getattr(p, rate) for p in ctx.scraped) if r is not None]
+    return sum(rates) / len(rates) * len(ctx.scraped) if rates else None
+
+
+def _saturated_now(ctx: _Context) -> bool:
+    return _ratio(ctx) > 1 + ctx.policy.tolerance
 
 
 def _learn_capacity(ctx: _Context, known: float | None) -> float | None:
-    """Per-pod saturation throughput: measured while saturated, raised whenever pods beat it.
+    """Per-pod saturation throughput: measured on pods whose queue never emptied during the
+    window (their admission rate is their capacity), raised whenever pods admit more than it.
 
-    An unsaturated pod's admission rate is its load, not its capacity, so it only ever raises an
-    estimate that saturation already produced.
+    An unsaturated pod's admission rate is its load, not its capacity, so on its own it only ever
+    raises an estimate that saturation produced.
     """
-    rate = _total_admission_rate(ctx)
-    if rate is None or rate <= 0:
+    saturated = [p.admission_rate for p in ctx.scraped if p.saturated_throughout]
+    if saturated:
+        return sum(saturated) / len(saturated)
+    rate = _total(ctx, "admission_rate")
+    if known is None or not rate:
         return known
-    per_pod = rate / len(ctx.scraped)
-    if _ratio(ctx) > 1 + ctx.policy.tolerance:
-        return per_pod
-    return per_pod if known is not None and per_pod > known else known
+    return max(known, rate / len(ctx.scraped))
 
 
-def _recommend(ctx: _Context, capacity: float | None) -> tuple[int, str, str]:
-    """Raw recommendation before stabilization and limits: (replicas, hold reason, why)."""
-    ratio, tol = _ratio(ctx), ctx.policy.tolerance
+def _capacity_now(ctx: _Context, learned: float | None) -> float | None:
+    """For the scale-up cap: the larger of the learned figure and, while saturated, what the pods
+    admit now (a windowed rate that errs low, so the cap errs high)."""
+    rate = _total(ctx, "admission_rate")
+    now = rate / len(ctx.scraped) if _saturated_now(ctx) and rate else None
+    return max(filter(None, (learned, now)), default=None)
+
+
+def _need(ctx: _Context, demand: float | None, capacity: float | None) -> int | None:
+    """Pods that serve `demand` req/s at the target utilization of `capacity` req/s each."""
+    if demand is None or not capacity:
+        return None
+    return math.ceil(demand / (capacity * ctx.policy.target_utilization) - 1e-9)
+
+
+TREND_SECONDS = 60.0  # demand estimates this old and newer make the trend
+
+
+def _remember_demand(history: History, now: float, demand: float | None, policy: Policy) -> History:
+    if demand is None:
+        return replace(history, demands=())
+    kept = tuple((t, d) for t, d in history.demands if now - t <= TREND_SECONDS)
+    return replace(history, demands=kept + ((now, demand),))
+
+
+def _forecast(history: History, now: float, demand: float | None, policy: Policy) -> float | None:
+    """Demand one pod start-up from now: today's plus its rise (never a fall) over the trend."""
+    if demand is None or len(history.demands) < 2:
+        return demand
+    t0, d0 = history.demands[0]
+    if now - t0 < TREND_SECONDS / 2:
+        return demand
+    slope = max(0.0, (demand - d0) / (now - t0))
+    return demand + slope * policy.pod_startup_seconds
+
+
+def _recommend(ctx: _Context, learned: float | None, demand: float | None
+               ) -> tuple[int, str, str]:
+    """Raw recommendation before stabilization and limits: (replicas, hold reason, why).
+
+    The queue-wait ratio says which way: ceil(pods × signal / target), or the current count within
+    the tolerance band. Once a per-pod capacity is known, the demand (arrivals, queue growth and
+    the backlog to drain, forecast one pod start-up ahead while rising) at that capacity says how
+    far:
+    - a scale-up is capped at the pods the demand needs (a backlog keeps the wait high after
+      enough capacity is ordered), but may always add one;
+    - nothing goes below what the demand needs at the learned capacity: this floors a scale-down
+      (queue wait reads ~0 at any spare capacity) and scales up ahead of the queue when demand
+      grows past it (queue wait only rises once pods are already saturated).
+    """
+    ratio, tol, current = _ratio(ctx), ctx.policy.tolerance, ctx.current
     if 1 - tol <= ratio <= 1 + tol:
-        return ctx.current, "HoldTolerance", f"signal/target {ratio:.2f} within 1 ± {tol}"
-    raw = math.ceil(len(ctx.scraped) * ratio - 1e-9)
-    why = f"signal {ctx.signal:.3f}s vs target {ctx.policy.target:g}s (x{ratio:.2f})"
-    rate = _total_admission_rate(ctx)
-    if raw < ctx.current and capacity and rate:
-        floor = math.ceil(rate / (capacity * MAX_UTILIZATION) - 1e-9)
-        if floor > raw:
-            why += f"; load {rate:.2f} req/s needs {floor} pods at {capacity:.2f} req/s/pod"
-            return floor, "HoldCapacityFloor", why
-    return raw, "Hold", why
+        raw, reason, why = current, "HoldTolerance", f"signal/target {ratio:.2f} within 1 ± {tol}"
+    else:
+        raw, reason = math.ceil(len(ctx.scraped) * ratio - 1e-9), "Hold"
+        why = f"signal {ctx.signal:.3f}s vs target {ctx.policy.target:g}s (x{ratio:.2f})"
+    cap = _need(ctx, demand, _capacity_now(ctx, learned))
+    if raw > current and cap is not None and raw > max(cap, current + 1):
+        raw = max(cap, current + 1)
+        why += f"; capped: demand {demand:.2f} req/s needs {raw}"
+    floor = _need(ctx, demand, learned)
+    if floor is not None and floor > raw:
+        raw = floor
+        reason = "HoldCapacityFloor" if floor <= current else reason
+        why += f"; demand {demand:.2f} req/s needs {floor} pods at {learned:.2f} req/s/pod"
+    return raw, reason, why
 
 
 def _remember(history: History, now: float, raw: int, policy: Policy, capacity) -> History:

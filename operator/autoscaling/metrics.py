@@ -79,6 +79,7 @@ def sample_between(name: str, ready: bool, start: EngineSnapshot | None, end: En
         oldest_waiting_age=end.oldest_waiting_age,
         waiting=end.waiting,
         running=end.running,
+        waiting_start=start.waiting,
     )
 
 

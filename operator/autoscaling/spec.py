@@ -95,9 +95,9 @@ class ScaleDownRules(_Model):
     """How fast replicas may shrink (the HPA `behavior.scaleDown` idea); slow by default."""
 
     stabilization_window_seconds: int = _window(300)
-    max_replicas_per_step: int = _step(1)
-    max_percent_per_step: int = _percent(10)
-    period_seconds: int = _period(60)
+    max_replicas_per_step: int = _step(2)
+    max_percent_per_step: int = _percent(25)
+    period_seconds: int = _period(30)
 
 
 class PrometheusSource(_Model):
@@ -180,13 +180,32 @@ class AutoscalingSpec(_Model):
         ),
     )
     metric_window_seconds: int = Field(
-        60,
+        30,
         ge=5,
         le=3600,
         description="Window over which the queue-time histogram's mean is taken (counter deltas).",
     )
     interval_seconds: int = Field(
         15, ge=1, le=600, description="How often the autoscaler collects metrics and decides."
+    )
+    target_utilization: float = Field(
+        0.7,
+        gt=0.1,
+        le=1.0,
+        description=(
+            "Share of a pod's learned saturation throughput (requests/s admitted while its queue "
+            "never emptied) that demand may use: it floors scale-down and scales up ahead of the "
+            "queue. Lower keeps more headroom for surges."
+        ),
+    )
+    pod_startup_seconds: int = Field(
+        60,
+        ge=0,
+        le=3600,
+        description=(
+            "About how long a new engine pod takes to become Ready (image, weights, warm-up): a "
+            "rising demand is forecast this far ahead so capacity is ready when it arrives."
+        ),
     )
     tolerance: float = Field(
         0.1,
@@ -259,6 +278,13 @@ class Recommendation(_Model):
     replicas: int = Field(description="Replicas recommended before stabilization and rate limits.")
 
 
+class DemandSample(_Model):
+    """A demand estimate (requests/s arriving, plus the backlog to drain) at one time."""
+
+    time: float = Field(description="Unix time of the estimate.")
+    requests_per_second: float = Field(description="Estimated demand in requests/s.")
+
+
 class AutoscalingCondition(_Model):
     """A Kubernetes-style condition about the autoscaler (MetricsAvailable, ScalingLimited)."""
 
@@ -290,6 +316,9 @@ class AutoscalingStatus(_Model):
             "Learned requests/s one pod admits when saturated; scale-down never goes below the "
             "replicas this says the current load needs."
         ),
+    )
+    demand_history: list[DemandSample] = Field(
+        default_factory=list, description="Recent demand estimates, for the demand trend."
     )
     observing_since: float | None = Field(
         None, description="Unix time recommendations started; scale-down needs a full window."

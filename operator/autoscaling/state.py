@@ -14,6 +14,7 @@ from .spec import (
     AutoscalingCondition,
     AutoscalingStatus,
     Decision,
+    DemandSample,
     PodSignal,
     Recommendation,
 )
@@ -39,6 +40,7 @@ def history_from_status(status: AutoscalingStatus | None) -> History:
         last_scale_down=status.last_scale_down_time,
         capacity_per_pod=status.capacity_per_pod_rps,
         since=status.observing_since,
+        demands=tuple((d.time, d.requests_per_second) for d in status.demand_history),
     )
 
 
@@ -100,6 +102,7 @@ def status_after(prev: AutoscalingStatus | None, result: Result, samples: tuple[
         last_scale_down_time=h.last_scale_down,
         capacity_per_pod_rps=_round(h.capacity_per_pod),
         observing_since=h.since,
+        demand_history=[DemandSample(time=t, requests_per_second=d) for t, d in h.demands],
         history=history,
         recommendations=[Recommendation(time=t, replicas=r) for t, r in h.recommendations],
         conditions=[

@@ -12,14 +12,17 @@ POLICY = Policy(min_replicas=1, max_replicas=10, target=0.2, tolerance=0.1,
                 up=Rules(0, 4, 100, 15), down=Rules(300, 1, 10, 60))
 
 
-def pod(name="p", mean=None, age=0.0, rate=5.0, ready=True, scraped=True) -> PodSample:
-    """A pod that admitted `rate` req/s over the window at mean queue wait `mean` (None: none)."""
+def pod(name="p", mean=None, age=0.0, rate=5.0, ready=True, scraped=True, waiting=None,
+        waiting_start=None) -> PodSample:
+    """A pod that admitted `rate` req/s over the window at mean queue wait `mean` (None: none);
+    `waiting`/`waiting_start` (queue length now / at the window's start) give it a demand."""
     count = 0.0 if mean is None else rate * WINDOW
     return PodSample(name, ready, scraped,
                      queue_time_sum_delta=(mean or 0.0) * count if scraped else None,
                      queue_time_count_delta=count if scraped else None,
                      window_seconds=WINDOW if scraped else None,
-                     oldest_waiting_age=age if scraped else None)
+                     oldest_waiting_age=age if scraped else None,
+                     waiting=waiting, waiting_start=waiting_start)
 
 
 def pods(*means, **kw):
@@ -57,8 +60,14 @@ def old_history(*recs) -> History:
          pods(0.8, 0.0, 0.0, 0.0), History(), 4, "HoldTolerance"),
         ("one stalled pod far past target among idle ones: scale up", 4,
          (pod("hot", 0.5, age=8.0),) + pods(0.0, 0.0, 0.0), History(), 8, "ScaleUp"),
-        ("scale-down floored at the learned capacity", 6, pods(*[0.0] * 6, rate=4.0),
+        # 6 pods x 3 req/s = 18 req/s; at 70% of 5 req/s a pod, 18 / 3.5 -> 6 pods still needed.
+        ("scale-down floored at the learned capacity", 6,
+         pods(*[0.0] * 6, rate=3.0, waiting=0, waiting_start=0),
          History(((-290.0, 1),), -1e9, -1e9, capacity_per_pod=5.0, since=-1e9), 6, "HoldCapacityFloor"),
+        # No queue yet, but 4 x 4.5 = 18 req/s needs 6 pods at 70% of 4.3 req/s: ahead of the queue.
+        ("demand past the learned capacity scales up before the queue forms", 4,
+         pods(0.0, 0.0, 0.0, 0.0, rate=4.5, waiting=0, waiting_start=0),
+         History(capacity_per_pod=4.3), 6, "ScaleUp"),
     ],
 )
 def test_decision_table(case, current, samples, history, desired, reason):
@@ -86,11 +95,39 @@ def test_scale_up_waits_for_its_period():
     assert (result.desired, result.reason) == (2, "HoldRateLimited")
 
 
-def test_capacity_is_learned_while_saturated():
-    result = decide(0.0, 2, pods(1.0, 1.0, rate=7.0), POLICY, History(capacity_per_pod=9.0))
+def test_capacity_is_learned_from_pods_saturated_all_window():
+    # Queue non-empty at both ends of the window: admission rate = capacity, even if lower.
+    result = decide(0.0, 2, pods(1.0, 1.0, rate=7.0, waiting=9, waiting_start=5), POLICY,
+                    History(capacity_per_pod=9.0))
     assert result.history.capacity_per_pod == pytest.approx(7.0)
+    # Saturated only now (empty at the start): not a capacity measurement, estimate kept.
+    partial = decide(0.0, 2, pods(1.0, 1.0, rate=3.0, waiting=9, waiting_start=0), POLICY, History())
+    assert partial.history.capacity_per_pod is None
+    # Unsaturated pods admitting more than the estimate raise it.
     relaxed = decide(0.0, 2, pods(0.0, 0.0, rate=11.0), POLICY, History(capacity_per_pod=9.0))
     assert relaxed.history.capacity_per_pod == pytest.approx(11.0)
+
+
+def test_backlog_does_not_overshoot_the_scale_up():
+    """12 s waits on 4 pods admitting 4 req/s each while 120 piled up in a minute on each: the wait
+    ratio says 240 pods; demand = admitted 16 + growth 8 + backlog drain 4 = 28 req/s at 70% of
+    4 req/s a pod says 10."""
+    samples = pods(*[10.0] * 4, age=12.0, rate=4.0, waiting=120, waiting_start=0)
+    result = decide(0.0, 4, samples, Policy(1, 100, up=Rules(0, 100, 1000, 15)), History())
+    assert (result.desired, result.reason) == (10, "ScaleUp"), result.message
+
+
+def test_rising_demand_is_forecast_one_startup_ahead():
+    """Demand rising 0.1 req/s per second: at 60 s start-up, 6 req/s more than now."""
+    policy = Policy(1, 20, pod_startup_seconds=60.0)
+    history, current = History(capacity_per_pod=5.0), 4
+    for t in range(0, 61, 15):
+        rate = 2.0 + 0.025 * t  # per pod: 8 req/s in total at t=0, 14 at t=60
+        result = decide(float(t), current, pods(*[0.0] * 4, rate=rate, waiting=0, waiting_start=0),
+                        policy, history)
+        history = result.history
+    # Now 14 req/s needs ceil(14 / 3.5) = 4 pods; forecast 20 req/s needs 6.
+    assert result.desired == 6, result.message
 
 
 def test_noise_around_target_never_moves_replicas():
