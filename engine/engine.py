@@ -215,4 +215,5 @@ class LLMEngine:
             first_scheduled_time=r.times.first_scheduled,
             first_token_time=r.times.first_token,
             finish_time=r.times.finished,
+            token_time=r.times.tokens[-1] if new_ids else None,
         )

@@ -30,6 +30,7 @@ class RequestOutput:
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     finish_time: float | None = None
+    token_time: float | None = None  # when the newest token was sampled (None if no new token)
     error: str | None = None
 
 

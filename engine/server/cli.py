@@ -1,0 +1,64 @@
+"""`llmop serve`: the OpenAI-compatible server on one engine (the embedded model by default).
+
+Settings come from `--config FILE` (the EngineConfig YAML the operator writes into the pod's
+ConfigMap), then from flags, one per EngineConfig field (`--max-num-seqs 8`), which override the
+file. Exits 0 after a SIGTERM drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import types
+import typing
+
+from llmop.engine.config import EngineConfig
+
+_SCALARS = (int, float, str, bool)
+
+
+def _flag_fields() -> dict[str, type]:
+    """EngineConfig fields that take one scalar value (lists such as adapters go in the file)."""
+    out = {}
+    for name, f in EngineConfig.model_fields.items():
+        ann = f.annotation
+        args = [a for a in typing.get_args(ann) if a is not type(None)] if isinstance(
+            ann, types.UnionType) or typing.get_origin(ann) is typing.Union else [ann]
+        if len(args) == 1 and (args[0] in _SCALARS or typing.get_origin(args[0]) is typing.Literal):
+            out[name] = args[0]
+    return out
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="EngineConfig YAML/JSON file (flags override its fields)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    for name, typ in _flag_fields().items():
+        field = EngineConfig.model_fields[name]
+        choices = list(typing.get_args(typ)) if typing.get_origin(typ) is typing.Literal else None
+        kwargs: dict = {"default": argparse.SUPPRESS, "dest": name,
+                        "help": f"{field.description or name} (default: {field.default})"}
+        if typ is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs.update(type=str, choices=choices)
+        parser.add_argument("--" + name.replace("_", "-"), **kwargs)
+
+
+def load_config(args: argparse.Namespace) -> EngineConfig:
+    base = EngineConfig.from_file(args.config) if args.config else EngineConfig()
+    overrides = {k: getattr(args, k) for k in _flag_fields() if hasattr(args, k)}
+    return EngineConfig.model_validate({**base.model_dump(), **overrides})
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = load_config(args)
+    from llmop.engine.engine import LLMEngine
+    from llmop.engine.server.app import create_app
+    from llmop.engine.server.runner import DrainingServer, uvicorn_config
+
+    engine = LLMEngine(config)
+    app = create_app(engine, config)
+    server = DrainingServer(uvicorn_config(app, config.host, config.port, args.log_level), config.drain_timeout_s)
+    server.run()
+    return 0

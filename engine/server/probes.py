@@ -1,0 +1,46 @@
+"""GET /health (liveness), /ready (readiness), /metrics (Prometheus), /v1/models.
+
+Liveness stays 200 while draining (the process is fine, just leaving); readiness turns 503 as
+soon as a drain starts, so the Service stops routing new requests here.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from llmop.engine.server.protocol import ModelCard, ModelList
+from llmop.engine.server.state import ServerState, get_state
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(state: ServerState = Depends(get_state)):
+    if not state.engine.is_running:
+        return JSONResponse({"status": "engine stopped"}, status_code=503)
+    return {"status": "ok"}
+
+
+@router.get("/ready")
+async def ready(state: ServerState = Depends(get_state)):
+    if not state.ready:
+        return JSONResponse({"ready": False, "draining": state.draining}, status_code=503)
+    return {"ready": True}
+
+
+@router.get("/metrics")
+async def metrics(state: ServerState = Depends(get_state)):
+    return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+def model_cards(state: ServerState) -> list[ModelCard]:
+    """The models a client may name; adapters add theirs (LoRA)."""
+    return [ModelCard(id=state.model_name, root=str(state.config.model or state.model_name),
+                      max_model_len=state.max_model_len)]
+
+
+@router.get("/v1/models")
+async def list_models(state: ServerState = Depends(get_state)):
+    return ModelList(data=model_cards(state))

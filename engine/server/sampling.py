@@ -1,0 +1,85 @@
+"""The one place an OpenAI request becomes `SamplingParams` (completions and chat alike).
+
+Length admission happens here too, because the output cap depends on the prompt: prompt +
+max_tokens must fit in max_model_len, and a request without max_tokens gets what is left.
+Range checks are `SamplingParams`'s own; its ValueError becomes a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+from llmop.engine.sampling_params import SamplingParams
+from llmop.engine.server.errors import APIError
+from llmop.engine.server.protocol import CompletionRequest, SamplingRequest
+
+MAX_N = 16
+
+
+def check_supported(req: SamplingRequest) -> None:
+    """Reject the OpenAI fields this engine does not implement, rather than ignoring them."""
+    def unsupported(param: str, message: str) -> APIError:
+        return APIError(400, message, reason="unsupported", param=param)
+
+    if not 1 <= req.n <= MAX_N:
+        raise APIError(400, f"n must be between 1 and {MAX_N}", reason="invalid_request", param="n")
+    if req.logit_bias:
+        raise unsupported("logit_bias", "logit_bias is not supported")
+    if isinstance(req, CompletionRequest):
+        if req.echo:
+            raise unsupported("echo", "echo is not supported")
+        if req.suffix:
+            raise unsupported("suffix", "suffix is not supported")
+        if req.best_of is not None and req.best_of != req.n:
+            raise unsupported("best_of", "best_of other than n is not supported")
+
+
+def to_sampling_params(req: SamplingRequest, num_prompt_tokens: int, max_model_len: int,
+                       choice: int = 0) -> SamplingParams:
+    """SamplingParams for choice `choice` of `req` (seeded choices get seed + choice, so the n
+    choices differ yet each is reproducible)."""
+    room = max_model_len - num_prompt_tokens
+    max_tokens = req.requested_max_tokens()
+    if max_tokens is None:
+        if room < 1:
+            raise APIError(400, f"prompt ({num_prompt_tokens} tokens) leaves no room for output in "
+                                f"max_model_len {max_model_len}", reason="context_length",
+                           param="messages", code="context_length_exceeded")
+        max_tokens = room
+    elif max_tokens >= 1 and max_tokens > room:
+        raise APIError(400, f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds "
+                            f"max_model_len {max_model_len} by {max_tokens - room} tokens",
+                       reason="context_length", param="max_tokens", code="context_length_exceeded")
+    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    fields = dict(
+        max_tokens=max_tokens,
+        min_tokens=req.min_tokens,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        top_k=0 if req.top_k in (None, -1) else req.top_k,  # vLLM spells "off" -1
+        min_p=req.min_p or 0.0,
+        seed=None if req.seed is None else req.seed + choice,
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        stop=stop,
+        stop_token_ids=tuple(req.stop_token_ids or ()),
+        ignore_eos=req.ignore_eos,
+        logprobs=req.requested_logprobs(),
+        skip_special_tokens=req.skip_special_tokens,
+        include_stop_str_in_output=req.include_stop_str_in_output,
+    )
+    try:
+        return SamplingParams(**fields)
+    except ValueError as e:
+        message = str(e)
+        field = message.split(" ", 1)[0]
+        param = {"max_tokens": _max_tokens_param(req), "logprobs": _logprobs_param(req)}.get(field, field)
+        raise APIError(400, message, reason="invalid_request",
+                       param=param if field in fields else None) from None
+
+
+def _max_tokens_param(req: SamplingRequest) -> str:
+    return "max_completion_tokens" if getattr(req, "max_completion_tokens", None) is not None else "max_tokens"
+
+
+def _logprobs_param(req: SamplingRequest) -> str:
+    return "logprobs" if isinstance(req, CompletionRequest) else "top_logprobs"
