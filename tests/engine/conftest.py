@@ -1,0 +1,41 @@
+"""Prompts and Hugging Face reference continuations shared by the engine tests."""
+
+import pytest
+
+PROMPTS = [
+    "The Kubernetes operator pattern is",
+    "def fibonacci(n):\n    ",
+    "Here is a shopping list:\n1. eggs\n2.",
+    "Question: what is 17 times 23?\nAnswer:",
+    "Paris is the capital of France. Berlin is the capital of",
+    "Il était une fois, dans un petit village,",
+    "A",
+    "Once upon a time " + "there was a small robot who liked to count the stars at night. " * 12,
+]
+NEW_TOKENS = 64
+
+
+def hf_greedy(model, ids: list[int], n: int) -> tuple[list[int], "torch.Tensor"]:
+    """HF transformers' greedy continuation and its first-step logits (the independent reference)."""
+    import torch
+
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                             output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    return out.sequences[0, len(ids):].tolist(), out.logits[0][0].float()
+
+
+@pytest.fixture(scope="session")
+def new_tokens():
+    return NEW_TOKENS
+
+
+@pytest.fixture(scope="session")
+def prompt_ids(engine_llm):
+    return [engine_llm.tokenizer.encode(p) for p in PROMPTS]
+
+
+@pytest.fixture(scope="session")
+def hf_continuations(hf_reference, prompt_ids):
+    """Greedy continuation of each prompt by HF, one prompt at a time."""
+    return [hf_greedy(hf_reference, ids, NEW_TOKENS) for ids in prompt_ids]
