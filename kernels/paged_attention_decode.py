@@ -47,7 +47,7 @@ def paged_attention_decode_kernel(
     q = load_rows(q_ptr, tok, head, row_valid, stride_qt, stride_qh, offs_d, d_mask)
     q_pos = tl.where(row_valid, seq_len - 1, -1)
 
-    split_len = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    split_len = ((seq_len + NUM_SPLITS - 1) // NUM_SPLITS + BLOCK_N - 1) // BLOCK_N * BLOCK_N
     kv_start = split * split_len
     kv_end = tl.minimum(seq_len, kv_start + split_len)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
