@@ -47,7 +47,7 @@ def to_sampling_params(req: SamplingRequest, num_prompt_tokens: int, max_model_l
     elif max_tokens >= 1 and max_tokens > room:
         raise APIError(400, f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds "
                             f"max_model_len {max_model_len} by {max_tokens - room} tokens",
-                       reason="context_length", param="max_tokens", code="context_length_exceeded")
+                       reason="context_length", param=_max_tokens_param(req), code="context_length_exceeded")
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
     fields = dict(
         max_tokens=max_tokens,

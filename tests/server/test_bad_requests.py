@@ -1,0 +1,90 @@
+"""Malformed and hostile requests: each gets the right 4xx in an OpenAI error body, leaves no
+state behind, and the very next normal request still succeeds."""
+
+import json
+
+import httpx
+import pytest
+
+CMPL, CHAT = "/v1/completions", "/v1/chat/completions"
+MSGS = [{"role": "user", "content": "hi"}]
+
+# (id, path, body (dict, or raw bytes), status, error `param` expected or None)
+CASES = [
+    ("invalid-json", CMPL, b'{"prompt": "x",', 400, None),
+    ("not-an-object", CMPL, b"[1, 2, 3]", 400, None),
+    ("missing-prompt", CMPL, {"max_tokens": 2}, 400, "prompt"),
+    ("prompt-wrong-type", CMPL, {"prompt": 42}, 400, "prompt"),
+    ("temperature-string", CMPL, {"prompt": "x", "temperature": "hot"}, 400, "temperature"),
+    ("temperature-negative", CMPL, {"prompt": "x", "temperature": -0.5}, 400, "temperature"),
+    ("top-p-zero", CMPL, {"prompt": "x", "top_p": 0.0}, 400, "top_p"),
+    ("top-p-above-one", CMPL, {"prompt": "x", "top_p": 1.5}, 400, "top_p"),
+    ("max-tokens-zero", CMPL, {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ("max-tokens-string", CMPL, {"prompt": "x", "max_tokens": "10"}, 400, "max_tokens"),
+    ("max-tokens-huge", CMPL, {"prompt": "x", "max_tokens": 10**9}, 400, "max_tokens"),
+    ("prompt-200k-tokens", CMPL, {"prompt": "hi " * 200_000, "max_tokens": 1}, 400, "prompt"),
+    ("body-too-large", CMPL, {"prompt": "x" * (5 << 20)}, 413, None),
+    ("unknown-model", CMPL, {"prompt": "x", "model": "gpt-17"}, 404, "model"),
+    ("token-id-out-of-vocab", CMPL, {"prompt": [1, 2, 10**9]}, 400, "prompt"),
+    ("logprobs-too-many", CMPL, {"prompt": "x", "logprobs": 50}, 400, "logprobs"),
+    ("presence-penalty-range", CMPL, {"prompt": "x", "presence_penalty": 5}, 400, "presence_penalty"),
+    ("empty-stop-string", CMPL, {"prompt": "x", "stop": [""]}, 400, "stop"),
+    ("n-zero", CMPL, {"prompt": "x", "n": 0}, 400, "n"),
+    ("min-tokens-over-max", CMPL, {"prompt": "x", "max_tokens": 2, "min_tokens": 5}, 400, "min_tokens"),
+    ("seed-float", CMPL, {"prompt": "x", "seed": 1.5}, 400, "seed"),
+    ("stream-not-bool", CMPL, {"prompt": "x", "stream": "yes"}, 400, "stream"),
+    ("logit-bias-unsupported", CMPL, {"prompt": "x", "logit_bias": {"1": 5}}, 400, "logit_bias"),
+    ("empty-messages", CHAT, {"messages": []}, 400, "messages"),
+    ("messages-not-a-list", CHAT, {"messages": "hello"}, 400, "messages"),
+    ("bad-role", CHAT, {"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages.0.role"),
+    ("chat-top-logprobs-range", CHAT, {"messages": MSGS, "logprobs": True, "top_logprobs": 30}, 400, "top_logprobs"),
+    ("chat-max-completion-huge", CHAT, {"messages": MSGS, "max_completion_tokens": 10**6}, 400,
+     "max_completion_tokens"),
+    ("chat-unknown-model", CHAT, {"messages": MSGS, "model": "nope"}, 404, "model"),
+]
+
+
+def _post(url, path, body):
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(url + path, content=raw, headers={"content-type": "application/json"}, timeout=120)
+
+
+def _assert_error_body(r, status):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    assert isinstance(err["type"], str) and err["type"]
+    return err
+
+
+@pytest.mark.parametrize("path,body,status,param", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_rejected_with_openai_error_and_no_state_left(engine_server, path, body, status, param):
+    state = engine_server.state
+    err = _assert_error_body(_post(engine_server.url, path, body), status)
+    assert err["param"] == param
+    assert state.num_in_flight == 0 and state.num_queued == 0
+    s = engine_server.fresh_stats()
+    assert s.num_waiting == s.num_running == 0 and s.num_free_blocks == s.num_total_blocks
+    ok = _post(engine_server.url, CMPL, {"prompt": "Hello", "max_tokens": 1})
+    assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def test_context_overflow_says_by_how_much(engine_server):
+    err = _assert_error_body(_post(engine_server.url, CMPL, {"prompt": [1] * 48, "max_tokens": 2048 - 40}), 400)
+    assert "by 8 tokens" in err["message"] and err["code"] == "context_length_exceeded"
+
+
+def test_unknown_route_and_wrong_method_are_openai_errors(engine_server):
+    _assert_error_body(httpx.get(engine_server.url + "/v1/nothing-here"), 404)
+    _assert_error_body(httpx.get(engine_server.url + CMPL), 405)
+
+
+def test_the_sdk_maps_them_to_its_exceptions(openai_client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as e:
+        openai_client.completions.create(model="SmolLM2-135M-Instruct", prompt="x", temperature=-1)
+    assert e.value.body["param"] == "temperature"
+    with pytest.raises(openai.NotFoundError):
+        openai_client.chat.completions.create(model="nope", messages=MSGS)
