@@ -303,14 +303,16 @@ def _remember_demand(history: History, now: float, demand: float | None, policy:
 
 
 def _forecast(history: History, now: float, demand: float | None, policy: Policy) -> float | None:
-    """Demand one pod start-up from now: today's plus its rise (never a fall) over the trend."""
+    """Demand one pod start-up from now: today's plus its rise over the trend window, when it
+    rose by more than the tolerance (never a fall: scale-down has its own window)."""
     if demand is None or len(history.demands) < 2:
         return demand
     t0, d0 = history.demands[0]
     if now - t0 < TREND_SECONDS / 2:
         return demand
-    slope = max(0.0, (demand - d0) / (now - t0))
-    return demand + slope * policy.pod_startup_seconds
+    if demand - d0 <= policy.tolerance * d0:
+        return demand  # within noise: a Poisson load's estimates wander, a real rise does not
+    return demand + (demand - d0) / (now - t0) * policy.pod_startup_seconds
 
 
 def _recommend(ctx: _Context, learned: float | None, demand: float | None
