@@ -20,6 +20,7 @@ from llmop.engine.checkpoint import Checkpoint, load_state_dict, open_checkpoint
 from llmop.engine.config import EngineConfig
 from llmop.engine.detokenizer import IncrementalDetokenizer
 from llmop.engine.kv_cache import KVCacheSpec, allocate_kv_cache, available_memory, plan_kv_cache
+from llmop.engine.lora.manager import LoraManager
 from llmop.engine.model import build_model
 from llmop.engine.model_runner import ModelRunner
 from llmop.engine.outputs import RequestOutput, TokenLogprob
@@ -91,6 +92,9 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, kv, get_attention_backend(config.attention_backend, self.device),
                                   self.device, self.tokenizer.eos_token_ids, config.seed)
         self._tracked: dict[str, _Tracked] = {}
+        self.lora = LoraManager(config, self.model, mcfg, self.device, self.dtype, self.scheduler)
+        for a in config.adapters:
+            self.lora.add(a.name, a.source, a.pinned)
         self.load_seconds = time.monotonic() - t0
         log.info(
             "engine ready: model=%s dtype=%s device=%s load=%.1fs | KV cache: %d blocks x %d tokens = %d tokens "
@@ -114,6 +118,7 @@ class LLMEngine:
                 f"prompt ({len(prompt_token_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
                 f"max_model_len {self.max_model_len} by {len(prompt_token_ids) + params.max_tokens - self.max_model_len}"
             )
+        self.lora.check_request(adapter)
         req = Request(request_id, list(prompt_token_ids), params, priority=priority, adapter=adapter)
         if arrival_time is not None:
             req.times.arrival = arrival_time
@@ -158,6 +163,7 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
+        self.lora.begin_step(out)
         completing = [c for c in out.chunks if c.completes]
         rows = [self._sample_row(self._tracked[c.request.request_id]) for c in completing]
         result = self.runner.execute(out, self.blocks, rows)

@@ -131,6 +131,8 @@ class Scheduler:
         if not preempted:
             while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
                 req = self.waiting.peek()
+                if req is None:  # a queue may hold requests none of which is eligible now (LoRA)
+                    break
                 n = min(req.num_uncomputed_tokens, budget)
                 if self.config.long_prefill_threshold:
                     n = min(n, self.config.long_prefill_threshold)

@@ -1,0 +1,34 @@
+"""Run-time adapter management through the async engine: what the admin API's routes call.
+
+Reading an adapter from disk happens on a worker thread (the engine keeps stepping; the adapter
+shows as `loading`); only registering it and moving slots happen on the engine thread, between
+steps, through `AsyncEngine.call`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from llmop.engine.lora.registry import AdapterInfo
+
+
+async def load_adapter(engine, name: str, source: str, pinned: bool = False) -> AdapterInfo:
+    """Register, read and validate; returns the final info (state `failed` with the error if it
+    does not fit: the caller decides how to report it). Raises AdapterConflict if it exists."""
+    await engine.call(lambda e: e.lora.begin_load(name, source, pinned))
+    lora = engine.engine.lora
+    try:
+        adapter = await asyncio.to_thread(lora.read, name, source)
+    except Exception as err:
+        msg = str(err)
+        return await engine.call(lambda e: e.lora.fail_load(name, msg))
+    return await engine.call(lambda e: e.lora.finish_load(name, adapter))
+
+
+async def unload_adapter(engine, name: str) -> None:
+    """Unregister; AdapterNotFound if unknown, AdapterConflict while requests use it."""
+    await engine.call(lambda e: e.lora.remove(name))
+
+
+async def list_adapters(engine) -> list[AdapterInfo]:
+    return await engine.call(lambda e: e.lora.infos())

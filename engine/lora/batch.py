@@ -1,0 +1,39 @@
+"""Per step: which adapter slot each token of the flattened batch uses.
+
+Built from the scheduler's chunks in the same order `model_runner.build_batch` flattens them, so
+row t of the batch and `token_slot[t]` describe the same token. The tokens are grouped by slot once
+here (on the device) and every layer's LoRA op reuses the groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class LoraBatch:
+    token_slot: torch.Tensor  # int32 [num_tokens], -1 = base model
+    groups: tuple  # kernels.lora.LoraGroups: the tokens sorted by slot
+    rank: int  # the largest rank among the slots in use (the ops may skip the zero padding past it)
+    slots: tuple[int, ...]  # distinct slots in use
+
+
+def build_lora_batch(chunks: Sequence, slot_of: Mapping[str, int], slot_rank: Sequence[int],
+                     num_slots: int, device: torch.device, groups: Callable) -> LoraBatch | None:
+    """`chunks`: ScheduledChunks (request.adapter, num_tokens). None when no token uses an adapter,
+    so base-only steps run the plain model. `groups(token_slot, num_slots)`: the backend's grouping."""
+    per_token: list[int] = []
+    used: set[int] = set()
+    for c in chunks:
+        slot = -1 if c.request.adapter is None else slot_of[c.request.adapter]
+        per_token.extend([slot] * c.num_tokens)
+        if slot >= 0:
+            used.add(slot)
+    if not used:
+        return None
+    token_slot = torch.tensor(per_token, dtype=torch.int32, device=device)
+    return LoraBatch(token_slot, groups(token_slot, num_slots),
+                     max(slot_rank[s] for s in used), tuple(sorted(used)))

@@ -1,0 +1,102 @@
+"""The LoRA pass: replace the model's linear layers with LoRA-aware ones reading stacked slots.
+
+Each replaced layer keeps its base weight (same parameter, same state-dict name) and owns, per
+adapter slot, `lora_a [slots, max_rank, in]` and `lora_b [slots, out, max_rank]` on the device
+(zero-padded, the kernels' layout). All layers share one `LoraState`: the slots' scaling and the
+current step's `LoraBatch`. A step without adapter tokens runs the base matmul only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from llmop.engine.lora.batch import LoraBatch
+from llmop.engine.lora.ops import LoraOps
+from llmop.engine.lora.peft_adapter import TARGET_MODULES, LoraAdapter, module_path
+
+
+class LoraState:
+    """What every LoRA layer reads during a forward pass; the manager sets `batch` each step."""
+
+    def __init__(self, num_slots: int, max_rank: int, ops: LoraOps, device: torch.device):
+        self.num_slots, self.max_rank, self.ops = num_slots, max_rank, ops
+        self.scaling = torch.zeros(num_slots, dtype=torch.float32, device=device)
+        self.slot_rank = [0] * num_slots
+        self.batch: LoraBatch | None = None
+
+
+class LoraLinear(nn.Module):
+    """`y = x W^T + b`, plus `scaling[s] * x A_s^T B_s^T` for the rows whose token uses slot s."""
+
+    def __init__(self, base: nn.Linear, state: LoraState):
+        super().__init__()
+        self.weight, self.bias = base.weight, base.bias
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.state = state
+        kw = dict(dtype=base.weight.dtype, device=base.weight.device)
+        self.register_buffer("lora_a", torch.zeros(state.num_slots, state.max_rank, self.in_features, **kw),
+                             persistent=False)
+        self.register_buffer("lora_b", torch.zeros(state.num_slots, self.out_features, state.max_rank, **kw),
+                             persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.linear(x, self.weight, self.bias)
+        batch = self.state.batch
+        if batch is None:
+            return y
+        ops, a, b = self.state.ops, self.lora_a, self.lora_b
+        if ops.narrow_rank and batch.rank < self.state.max_rank:
+            a, b = a[:, : batch.rank], b[:, :, : batch.rank]
+        h = ops.shrink(x, a, batch.token_slot, groups=batch.groups)
+        return ops.expand(y, h, b, self.state.scaling, batch.token_slot, groups=batch.groups)
+
+    @torch.no_grad()
+    def write(self, slot: int, ab: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        self.lora_a[slot].zero_()
+        self.lora_b[slot].zero_()
+        if ab is not None:
+            a, b = ab
+            self.lora_a[slot, : a.shape[0]].copy_(a)
+            self.lora_b[slot, :, : b.shape[1]].copy_(b)
+
+
+class LoraSlots:
+    """The device tier: writes an adapter into a slot of every LoRA layer, or clears a slot."""
+
+    def __init__(self, layers: dict[tuple[int, str], LoraLinear], state: LoraState):
+        self.layers, self.state = layers, state
+
+    @torch.no_grad()
+    def write(self, slot: int, adapter: LoraAdapter) -> None:
+        for key, layer in self.layers.items():
+            layer.write(slot, adapter.weights.get(key))
+        self.state.scaling[slot] = adapter.scaling
+        self.state.slot_rank[slot] = adapter.rank
+
+    @torch.no_grad()
+    def clear(self, slot: int) -> None:
+        for layer in self.layers.values():
+            layer.write(slot, None)
+        self.state.scaling[slot] = 0.0
+        self.state.slot_rank[slot] = 0
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(l.lora_a.nbytes + l.lora_b.nbytes for l in self.layers.values())
+
+
+def apply_lora(model: nn.Module, num_layers: int, state: LoraState) -> LoraSlots:
+    """Replace every decoder layer's q/k/v/o and gate/up/down projection (in place)."""
+    layers: dict[tuple[int, str], LoraLinear] = {}
+    for i in range(num_layers):
+        for module in TARGET_MODULES:
+            parent_name, _, attr = module_path(i, module).rpartition(".")
+            parent = model.get_submodule(parent_name)
+            base = getattr(parent, attr)
+            if isinstance(base, LoraLinear):
+                raise ValueError("the LoRA pass was already applied to this model")
+            layer = LoraLinear(base, state)
+            setattr(parent, attr, layer)
+            layers[(i, module)] = layer
+    return LoraSlots(layers, state)

@@ -1,0 +1,35 @@
+"""The batched LoRA op the layers call: the kernels' registry, plus one fact about the chosen op.
+
+`llmop.kernels.registry.get_lora_ops` picks Triton on CUDA and the torch reference elsewhere, so
+the engine holds no second implementation of the math. The layout they share: `lora_a [slots,
+max_rank, in]`, `lora_b [slots, out, max_rank]`, `scaling [slots]`, `token_slot [tokens]` (-1 =
+no adapter), and the token groups computed once per batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class LoraOps:
+    """`shrink`/`expand`/`groups` as in the kernels' registry. `narrow_rank`: the op takes rank-sliced
+    (non-contiguous) weight views, so a batch of small-rank adapters skips the zero padding; the
+    Triton op wants contiguous weights and gets the full slots."""
+
+    name: str
+    shrink: Callable
+    expand: Callable
+    groups: Callable
+    narrow_rank: bool
+
+
+def get_lora_ops(name: str, device: torch.device) -> LoraOps:
+    from llmop.kernels import lora
+    from llmop.kernels.registry import get_lora_ops as kernel_ops
+
+    ops = kernel_ops(name, device=device)
+    return LoraOps(ops.name, ops.shrink, ops.expand, ops.groups, narrow_rank=ops.shrink is lora.ref_lora_shrink)

@@ -1,0 +1,133 @@
+"""PEFT adapters made from the HF checkpoint of the embedded model, and PEFT's own model as reference.
+
+Adapters have random non-zero A and B (PEFT would start B at zero, which changes nothing), and
+differ in rank, alpha, rsLoRA and target modules, so a slot mix-up changes tokens.
+"""
+
+import pytest
+
+ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
+MLP = ["gate_proj", "up_proj", "down_proj"]
+# name -> (rank, alpha, target modules, use_rslora, seed)
+ADAPTERS = {
+    "attn-r8": (8, 16, ATTN, False, 1),
+    "mlp-r16": (16, 16, MLP, False, 2),
+    "all-r32": (32, 32, ATTN + MLP, True, 3),
+    "qv-r4": (4, 8, ["q_proj", "v_proj"], False, 4),
+}
+STD = 0.05  # of every A and B entry: enough to change greedy tokens, not enough to make noise
+
+
+def make_adapter(base_dir, out_dir, rank, alpha, targets, rslora, seed, std=STD):
+    """Write a PEFT adapter directory for the model at base_dir; returns out_dir."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    cfg = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), use_rslora=rslora,
+                     lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, cfg)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+    peft_model.save_pretrained(str(out_dir))
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def adapter_dirs(hf_checkpoint_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("adapters")
+    return {name: make_adapter(hf_checkpoint_dir, root / name, *spec) for name, spec in ADAPTERS.items()}
+
+
+@pytest.fixture(scope="session")
+def peft_reference(hf_checkpoint_dir, adapter_dirs):
+    """One PeftModel holding every adapter; `.set_adapter(name)` selects, `.disable_adapter()` = base."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(str(hf_checkpoint_dir), dtype=torch.float32)
+    names = list(adapter_dirs)
+    model = PeftModel.from_pretrained(base, str(adapter_dirs[names[0]]), adapter_name=names[0])
+    for n in names[1:]:
+        model.load_adapter(str(adapter_dirs[n]), adapter_name=n)
+    return model.eval()
+
+
+def peft_greedy(model, adapter, ids, n):
+    """PEFT's greedy continuation of `ids` under `adapter` (None = base) and its first-step logits."""
+    import contextlib
+
+    import torch
+
+    if adapter is not None:
+        model.set_adapter(adapter)
+    ctx = model.disable_adapter() if adapter is None else contextlib.nullcontext()
+    with ctx, torch.inference_mode():
+        out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                             output_logits=True, return_dict_in_generate=True, pad_token_id=0)
+    return out.sequences[0, len(ids):].tolist(), out.logits[0][0].float()
+
+
+PROMPTS = ["The Kubernetes operator pattern is", "def add(a, b):\n   ", "Paris is the capital of"]
+NEW_TOKENS = 8
+
+
+def engine_config(base_dir, adapter_dirs=None, **kw):
+    from llmop.engine.config import AdapterSource, EngineConfig
+
+    cfg = dict(model=str(base_dir), dtype="float32", device="cpu", kv_cache_memory_bytes=48 << 20,
+               max_num_seqs=16, max_num_batched_tokens=256, max_loras=4, max_cpu_loras=8, max_lora_rank=32,
+               adapters=[AdapterSource(name=n, source=str(d)) for n, d in (adapter_dirs or {}).items()])
+    return EngineConfig(**{**cfg, **kw})
+
+
+@pytest.fixture(scope="session")
+def lora_engine(hf_checkpoint_dir, adapter_dirs):
+    """One engine with the four adapters registered from its config (start-up path)."""
+    from llmop.engine.engine import LLMEngine
+
+    return LLMEngine(engine_config(hf_checkpoint_dir, adapter_dirs))
+
+
+@pytest.fixture(scope="session")
+def prompt_ids(lora_engine):
+    return [lora_engine.tokenizer.encode(p) for p in PROMPTS]
+
+
+@pytest.fixture(scope="session")
+def references(peft_reference, prompt_ids):
+    """(prompt index, adapter or None) -> PEFT's greedy tokens and first-step logits."""
+    return {(i, a): peft_greedy(peft_reference, a, ids, NEW_TOKENS)
+            for i, ids in enumerate(prompt_ids) for a in [None, *ADAPTERS]}
+
+
+def greedy(n=NEW_TOKENS):
+    from llmop.engine.sampling_params import SamplingParams
+
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+def run_to_completion(engine, on_step=None):
+    """Step until idle; request id -> generated tokens."""
+    tokens = {}
+    while engine.has_unfinished():
+        for out in engine.step():
+            tokens.setdefault(out.request_id, []).extend(out.new_token_ids)
+        if on_step is not None:
+            on_step(engine)
+    return tokens
+
+
+@pytest.fixture(scope="session")
+def lora_kit():
+    """The helpers above, for test modules (`--import-mode=importlib` cannot import a conftest)."""
+    import types
+
+    return types.SimpleNamespace(ADAPTERS=ADAPTERS, MODELS=[None, *ADAPTERS], PROMPTS=PROMPTS, NEW_TOKENS=NEW_TOKENS, make_adapter=make_adapter,
+                                 engine_config=engine_config, greedy=greedy, run_to_completion=run_to_completion,
+                                 peft_greedy=peft_greedy)
