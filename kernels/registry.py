@@ -64,9 +64,13 @@ def _load(module: str, attr: str) -> Callable:
 def _auto(op: str, module: str, triton_fn: str, torch_fn: str) -> Callable:
     """A function that runs the Triton op on CUDA tensors and the reference on anything else."""
 
+    impls: dict[bool, Callable] = {}  # is_cuda -> function, imported on first use
+
     def dispatch(first, *args, **kwargs):
-        impl = _load(module, triton_fn if first.is_cuda else torch_fn)
-        return impl(first, *args, **kwargs)
+        cuda = first.is_cuda
+        if cuda not in impls:
+            impls[cuda] = _load(module, triton_fn if cuda else torch_fn)
+        return impls[cuda](first, *args, **kwargs)
 
     dispatch.__name__ = dispatch.__qualname__ = op
     dispatch.__doc__ = f"{triton_fn} on CUDA tensors, {torch_fn} otherwise."

@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 from llmop.engine.sampling_params import SamplingParams  # noqa: E402
 
 PROMPTS = ["Once upon a time there was a small robot who liked to count the stars at night.", "Paris is the capital of"]
-NEW = 4
+NEW = 3
 
 
 @pytest.mark.slow

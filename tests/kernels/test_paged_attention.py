@@ -40,7 +40,7 @@ PREFILL_CASES = [
     ([9], [9], 2, 1, 64, 16, F32, 16, 16),                                  # one prompt, one launch
     ([40, 17, 1, 33], [40, 5, 1, 16], 1, 8, 64, 16, BF16, 64, 64),           # prompt, chunks, decode
     ([35, 16, 3, 20, 50], [3, 16, 2, 1, 18], 2, 3, 128, 16, F16, 16, 16),    # chunked, GQA 3
-    ([12, 30, 7], [12, 29, 1], 2, 3, 64, 5, F32, 64, 16),                    # odd block size
+    ([12, 30, 10, 7], [12, 29, 0, 1], 2, 3, 64, 5, F32, 64, 16),             # odd block size, q_len 0
 ]
 
 
@@ -66,6 +66,16 @@ def test_prefill_kernel_mixed_batch_of_33(paged_case, seq_lens_for, attn_tol, de
     args = (c.query, c.key_cache, c.value_cache, c.block_tables, c.seq_lens, c.query_start_loc)
     out = paged_attention_prefill(*args, out=c.poisoned_out())
     torch.testing.assert_close(out.float(), ref_paged_attention_prefill(*args).float(), atol=2e-2, rtol=2e-2)
+
+
+def test_decode_padding_sequences_give_zeros(paged_case, device):
+    """Sequences of length 0 (batch padding, e.g. for CUDA graphs) come out as zeros, not NaN."""
+    c = paged_case([5, 0, 20], [1, 1, 1], 1, 3, 64, 16, F32, device, seed=8)
+    args = (c.query, c.key_cache, c.value_cache, c.block_tables, c.seq_lens)
+    for splits in (1, 2):
+        out = paged_attention_decode(*args, out=c.poisoned_out(), num_splits=splits, block_n=16)
+        torch.testing.assert_close(out, ref_paged_attention_decode(*args), atol=2e-5, rtol=1e-5)
+        assert torch.equal(out[1], torch.zeros_like(out[1]))
 
 
 def test_decode_rows_agree_between_kernels(paged_case, seq_lens_for, device):
