@@ -86,6 +86,9 @@ class ServerMetrics:
                                ["model", "finish_reason"], registry=r)
         self.rejected = Counter("llmop_request_rejected", "Requests refused, by reason", ["model", "reason"],
                                 registry=r)
+        for family in (self.queue_time, self.ttft, self.itl, self.e2e, self.prompt_hist, self.gen_hist,
+                       self.prompt_tokens, self.gen_tokens):
+            family.labels(model)  # every series exists (at 0) from the first scrape
         for reason in FINISH_REASONS:
             self.success.labels(model, reason)
         for reason in REJECT_REASONS:
