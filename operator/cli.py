@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,
-        namespaces=args.namespace or None,
+        namespaces=args.namespace,
         liveness_endpoint=args.liveness or None,
     )
     return 0

@@ -46,9 +46,34 @@ class Reconciler:
         self.kube = kube
         self.settings = settings
         self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+        self._guard = threading.Lock()
+        self._running: set[tuple[str, str]] = set()
+        self._pending: set[tuple[str, str]] = set()
 
     def reconcile_named(self, namespace: str, name: str) -> Outcome | None:
-        """Reconcile by name (triggers from owned objects); None when the LLMDeployment is gone."""
+        """Reconcile by name (triggers from owned objects); None when the LLMDeployment is gone or a
+        reconcile of it is already running (that one runs once more afterwards: bursts coalesce)."""
+        key = (namespace, name)
+        with self._guard:
+            if key in self._running:
+                self._pending.add(key)
+                return None
+            self._running.add(key)
+        while True:
+            try:
+                outcome = self._fetch_and_reconcile(namespace, name)
+            except BaseException:
+                with self._guard:
+                    self._running.discard(key)
+                    self._pending.discard(key)
+                raise
+            with self._guard:  # check and release atomically: no trigger is lost in between
+                if key not in self._pending:
+                    self._running.discard(key)
+                    return outcome
+                self._pending.discard(key)
+
+    def _fetch_and_reconcile(self, namespace: str, name: str) -> Outcome | None:
         try:
             body = self.kube.get_llmdeployment(namespace, name)
         except ApiException as err:

@@ -1,0 +1,135 @@
+"""`make demo`: the whole product in one command, on this machine.
+
+1. start (or join) the local Kubernetes control plane built from Go modules (fake GPU nodes);
+2. install the Helm chart and run the operator as the chart's ServiceAccount;
+3. apply examples/smollm2.yaml (the embedded model) and wait until it is Ready;
+4. show `kubectl get llmdeployments` and the sizing plan;
+5. run one real engine process with the config the pod got (`llmop serve --config FILE`) and send
+   it a chat request through the OpenAI API.
+
+The fake nodes run no containers, so step 5 is where a real engine answers: locally, on the CPU,
+from the very ConfigMap the operator wrote (with the local overrides printed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from llmop.operator.local import (
+    OperatorProcess,
+    condition,
+    eventually,
+    install_chart,
+    kubectl_json,
+    service_account_kubeconfig,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "smollm2.yaml"
+NAMESPACE = "llmop-demo"
+SERVER_MODULE = "llmop.engine.server.cli"
+
+
+def step(text: str) -> None:
+    print(f"\n==> {text}", flush=True)
+
+
+def local_engine_config(pod_yaml: str, port: int) -> tuple[dict, dict]:
+    """The pod's engine config with what must differ on this machine; returns (config, overrides)."""
+    config = yaml.safe_load(pod_yaml)
+    overrides = {"host": "127.0.0.1", "port": port, "device": "auto", "kv_cache_memory_bytes": 256 * 2**20}
+    return config | overrides, {k: (config.get(k), v) for k, v in overrides.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def chat_with_engine(config_yaml: str, model: str, workdir: Path) -> int:
+    """Run `llmop serve --config` and send one chat request; 0 on an answer."""
+    if importlib.util.find_spec(SERVER_MODULE) is None:
+        print(f"engine server unavailable: {SERVER_MODULE} (`llmop serve`) is not in this tree yet; "
+              "skipping the local chat request")  # fmt: skip
+        return 0
+    port = free_port()
+    config, overrides = local_engine_config(config_yaml, port)
+    path = workdir / "engine.yaml"
+    path.write_text(yaml.safe_dump(config))
+    print("the pod's engine config, with local overrides (key: pod -> local):")
+    for key, (pod, local) in overrides.items():
+        print(f"  {key}: {pod} -> {local}")
+    log = (workdir / "engine.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "llmop.cli", "serve", "--config", str(path)],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONSAFEPATH": "1"})  # fmt: skip
+    try:
+        import httpx
+
+        base = f"http://127.0.0.1:{port}"
+        eventually(lambda: proc.poll() is None and httpx.get(f"{base}/ready", timeout=2).status_code == 200,
+                   timeout=600, what="engine ready")  # fmt: skip
+        from openai import OpenAI
+
+        client = OpenAI(base_url=f"{base}/v1", api_key="none")
+        t0 = time.monotonic()
+        reply = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Say hello to Kubernetes in one sentence."}],
+            max_tokens=40, temperature=0,
+        )  # fmt: skip
+        print(f"chat completion in {time.monotonic() - t0:.2f}s: {reply.choices[0].message.content!r}")
+        return 0
+    except AssertionError as err:
+        print(f"engine did not become ready: {err}; log: {workdir / 'engine.log'}")
+        return 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def main() -> int:
+    from llmop.devcluster.testing import session_cluster
+
+    with tempfile.TemporaryDirectory(prefix="llmop-demo-") as tmp, session_cluster() as cluster:
+        work = Path(tmp)
+        step("install the Helm chart (CRD, ServiceAccount, RBAC, operator Deployment)")
+        install_chart(cluster)
+        step("run the operator as the chart's ServiceAccount")
+        operator = OperatorProcess(service_account_kubeconfig(cluster, work / "kubeconfig"), work / "operator.log")
+        operator.start()
+        try:
+            step(f"apply {EXAMPLE.relative_to(ROOT)} (the embedded SmolLM2-135M)")
+            cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+            print(cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLE)).stdout.strip())
+            name = yaml.safe_load(EXAMPLE.read_text())["metadata"]["name"]
+            t0 = time.monotonic()
+            obj = eventually(
+                lambda: (d := kubectl_json(cluster, "llmd", name, "-n", NAMESPACE))
+                and (condition(d, "Ready") or {}).get("status") == "True" and d,
+                what=f"{name} Ready",
+            )
+            print(f"Ready after {time.monotonic() - t0:.1f}s")
+            step("kubectl get llmdeployments")
+            print(cluster.kubectl("get", "llmdeployments", "-n", NAMESPACE, "-o", "wide").stdout)
+            step("the sizing plan (llmop size -f examples/smollm2.yaml)")
+            print(subprocess.run([sys.executable, "-m", "llmop.cli", "size", "-f", str(EXAMPLE)],
+                                 capture_output=True, text=True).stdout)  # fmt: skip
+            print(f"status.sizing.summary: {obj['status']['sizing']['summary']}")
+            step("one real engine process with the config the pod got, and a chat request")
+            cm = kubectl_json(cluster, "configmap", f"{name}-engine", "-n", NAMESPACE)
+            return chat_with_engine(cm["data"]["engine.yaml"], obj["status"]["model"], work)
+        finally:
+            operator.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

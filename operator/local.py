@@ -1,0 +1,115 @@
+"""Running the operator outside a cluster, against a dev control plane: for the demo and the tests.
+
+The dev plane's nodes are kwok fakes: the chart's operator pod is scheduled but runs no process.
+So the chart is installed for real (CRD, ServiceAccount, RBAC, Deployment) and the operator runs
+here as a child process that authenticates *as the chart's ServiceAccount*: what reconciles is
+exactly what the chart grants, nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+CHART = Path(__file__).resolve().parent.parent / "charts" / "llmop"
+RELEASE, OPERATOR_NS = "llmop", "llmop-system"
+SERVICE_ACCOUNT = "llmop"  # the chart's fullname for release "llmop"
+CRD_NAME = "llmdeployments.llmop.dev"
+
+
+def eventually(fn: Callable[[], Any], timeout: float = 180, interval: float = 0.5, what: str = "") -> Any:
+    """fn()'s first truthy value; AssertionError with the last value when it never comes.
+
+    A wait for a state, not a timed assertion: the timeout only bounds a hang."""
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+        except Exception as err:  # noqa: BLE001 - transient API states while converging
+            last = err
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"never reached {what or fn}: last value {last!r}")
+
+
+def kubectl_json(cluster, *args: str) -> dict[str, Any] | None:
+    """`kubectl get … -o json` as a dict, None when it fails (not found)."""
+    out = cluster.kubectl("get", *args, "-o", "json", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    """The status condition of that type, or None."""
+    for c in ((obj or {}).get("status") or {}).get("conditions", []):
+        if c["type"] == type_:
+            return c
+    return None
+
+
+def install_chart(cluster, *values: str) -> None:
+    """helm upgrade --install of the chart (CRD, ServiceAccount, RBAC, operator Deployment)."""
+    sets = [arg for v in values for arg in ("--set", v)]
+    subprocess.run(
+        [str(cluster.helm_path), "upgrade", "--install", RELEASE, str(CHART), "--namespace", OPERATOR_NS,
+         "--create-namespace", *sets],
+        check=True, capture_output=True, text=True, env=cluster.env(), timeout=180,
+    )  # fmt: skip
+    eventually(lambda: condition(kubectl_json(cluster, "crd", CRD_NAME), "Established"), what="CRD established")
+
+
+def service_account_kubeconfig(cluster, path: Path) -> Path:
+    """A kubeconfig that authenticates as the chart's ServiceAccount (a bound token, 24 h)."""
+    token = cluster.kubectl("create", "token", SERVICE_ACCOUNT, "-n", OPERATOR_NS, "--duration=24h").stdout.strip()
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    ctx = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [c for c in admin["clusters"] if c["name"] == ctx["cluster"]],
+        "users": [{"name": "llmop-operator", "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": ctx["cluster"], "user": "llmop-operator"}}],
+        "current-context": "operator",
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
+    return path
+
+
+class OperatorProcess:
+    """`llmop operator` as a child process; its log goes to a file."""
+
+    def __init__(self, kubeconfig: Path, log: Path, env: dict[str, str] | None = None):
+        self.kubeconfig, self.log, self.env = kubeconfig, log, env or {}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONSAFEPATH": "1", **self.env}
+        cmd = [sys.executable, "-m", "llmop.cli", "operator", "--kubeconfig", str(self.kubeconfig), "--liveness", ""]
+        self.proc = subprocess.Popen(cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=env, cwd="/")
+
+    def kill(self) -> None:
+        """SIGKILL: an operator that dies mid-reconcile, with no chance to clean up."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 30 s."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:]) if self.log.exists() else ""
