@@ -9,6 +9,7 @@ the waiting queue. Everything here runs on the engine thread (the server goes th
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -22,10 +23,12 @@ from llmop.engine.lora.registry import AdapterInfo, AdapterNotFound, AdapterRegi
 
 log = logging.getLogger("llmop.engine.lora")
 
+SNAPSHOT_PERIOD_S = 0.25  # how stale the metrics' view of running/waiting adapters may be
+
 
 @dataclass
 class AdapterCounters:
-    """Per adapter, since it was registered."""
+    """Per adapter, since it was registered (mutated on the engine thread only)."""
 
     requests: int = 0
     prompt_tokens: int = 0
@@ -34,12 +37,14 @@ class AdapterCounters:
 
 @dataclass(frozen=True)
 class LoraStats:
-    """The `lora_requests_info` gauge's labels (vLLM's names), and the per-adapter counters."""
+    """A snapshot for other threads (metrics scrapes): the `lora_requests_info` labels (vLLM's
+    names) and, per registered adapter, (requests, prompt tokens, generation tokens)."""
 
     max_lora: int
-    running_lora_adapters: tuple[str, ...]
-    waiting_lora_adapters: tuple[str, ...]
-    counters: dict[str, AdapterCounters] = field(compare=False)
+    running_lora_adapters: tuple[str, ...] = ()
+    waiting_lora_adapters: tuple[str, ...] = ()
+    counters: tuple[tuple[str, int, int, int], ...] = ()
+    states: tuple[tuple[str, str], ...] = ()  # (adapter, state)
 
 
 class LoraManager:
@@ -52,6 +57,8 @@ class LoraManager:
         self.state: LoraState | None = None
         self.queue: FairAdapterQueue | None = None
         self.counters: dict[str, AdapterCounters] = {}
+        self.snapshot = LoraStats(config.max_loras)  # refreshed on registry changes, and while stepping
+        self._snapshot_time = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -83,7 +90,10 @@ class LoraManager:
     def add(self, name: str, source: str, pinned: bool = False) -> AdapterInfo:
         """Register and read now; raises AdapterError (and leaves the adapter FAILED) if it does not fit."""
         self.enable()
-        info = self.registry.add(name, source, pinned, in_use=self._in_use())
+        try:
+            info = self.registry.add(name, source, pinned, in_use=self._in_use())
+        finally:
+            self._refresh()
         self.counters.setdefault(name, AdapterCounters())
         return info
 
@@ -91,14 +101,17 @@ class LoraManager:
         """Register in state LOADING; the caller reads (`read`) and then calls finish/fail_load."""
         self.enable()
         self.registry.begin(name, source, pinned)
+        self._refresh()
 
     def finish_load(self, name: str, adapter: LoraAdapter) -> AdapterInfo:
         self.registry.finish(name, adapter, in_use=self._in_use())
         self.counters.setdefault(name, AdapterCounters())
+        self._refresh()
         return self.registry.info(name)
 
     def fail_load(self, name: str, error: str) -> AdapterInfo:
         self.registry.fail(name, error)
+        self._refresh()
         return self.registry.info(name)
 
     def remove(self, name: str) -> None:
@@ -107,13 +120,14 @@ class LoraManager:
             raise AdapterNotFound(name)
         self.registry.remove(name, in_use=self._in_use(include_waiting=True))
         self.counters.pop(name, None)
+        self._refresh()
 
     def infos(self) -> list[AdapterInfo]:
         return self.registry.infos() if self.enabled else []
 
     def servable(self, name: str) -> bool:
         """Requests may select `name` (it is registered and not failed)."""
-        return self.enabled and name in self.registry and self.registry.state(name) is not AdapterState.FAILED
+        return self.enabled and self.registry.state_of(name) not in (None, AdapterState.FAILED)
 
     def check_request(self, adapter: str | None) -> None:
         """Raise ValueError for a request naming an adapter that cannot serve it."""
@@ -154,9 +168,17 @@ class LoraManager:
             if n is not None:
                 n.prompt_tokens += max(0, min(c.start + c.num_tokens, c.request.num_prompt_tokens) - c.start)
                 n.generation_tokens += int(c.completes)
+        if time.monotonic() - self._snapshot_time > SNAPSHOT_PERIOD_S:
+            self._refresh()
 
     def stats(self) -> LoraStats:
+        """Compute a fresh snapshot (engine thread); other threads read `snapshot`."""
         if not self.enabled:
-            return LoraStats(self.config.max_loras, (), (), {})
-        return LoraStats(self.config.max_loras, tuple(sorted(self._in_use())),
-                         tuple(sorted(set(self.queue.waiting_adapters()))), dict(self.counters))
+            return LoraStats(self.config.max_loras)
+        return LoraStats(
+            self.config.max_loras, tuple(sorted(self._in_use())), tuple(sorted(self.queue.waiting_adapters())),
+            tuple((n, c.requests, c.prompt_tokens, c.generation_tokens) for n, c in self.counters.items()),
+            tuple((i.name, i.state.value) for i in self.registry.infos()))
+
+    def _refresh(self) -> None:
+        self.snapshot, self._snapshot_time = self.stats(), time.monotonic()

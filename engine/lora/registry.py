@@ -190,6 +190,11 @@ class AdapterRegistry:
     def state(self, name: str) -> AdapterState:
         return self._get(name).state
 
+    def state_of(self, name: str) -> AdapterState | None:
+        """The state, or None if unknown (safe from another thread)."""
+        e = self._entries.get(name)
+        return None if e is None else e.state
+
     def pinned_resident(self) -> set[str]:
         return {n for n in self._slots if n is not None and self._entries[n].pinned}
 
@@ -198,7 +203,7 @@ class AdapterRegistry:
         return AdapterInfo(e.name, e.source, e.state, e.pinned, e.slot, e.error)
 
     def infos(self) -> list[AdapterInfo]:
-        return [self.info(n) for n in self._entries]
+        return [self.info(n) for n in list(self._entries)]  # list(): a safe copy from another thread
 
     def host(self, name: str) -> object | None:
         return self._get(name).host

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from llmop.engine.server.adapters_api import adapter_model_cards
 from llmop.engine.server.protocol import ModelCard, ModelList
 from llmop.engine.server.state import ServerState, get_state
 
@@ -36,9 +37,9 @@ async def metrics(state: ServerState = Depends(get_state)):
 
 
 def model_cards(state: ServerState) -> list[ModelCard]:
-    """The models a client may name; adapters add theirs (LoRA)."""
+    """The models a client may name: the base model, then the LoRA adapters (parent: the base)."""
     return [ModelCard(id=state.model_name, root=str(state.config.model or state.model_name),
-                      max_model_len=state.max_model_len)]
+                      max_model_len=state.max_model_len), *adapter_model_cards(state)]
 
 
 @router.get("/v1/models")

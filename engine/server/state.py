@@ -18,6 +18,7 @@ from fastapi import Request
 from llmop.engine.async_engine import AsyncEngine
 from llmop.engine.config import EngineConfig
 from llmop.engine.server.errors import APIError
+from llmop.engine.server.lora_metrics import LoraCollector
 from llmop.engine.server.metrics import ServerMetrics
 
 
@@ -64,6 +65,7 @@ class ServerState:
         self.max_model_len = llm.max_model_len
         self.max_prompt_tokens = min(config.max_prompt_tokens or self.max_model_len, self.max_model_len)
         self.metrics = ServerMetrics(self.model_name, lambda: engine.stats)
+        self.metrics.registry.register(LoraCollector(self.model_name, lambda: llm.lora.snapshot))
         self.draining = False
         self.num_in_flight = 0  # admitted generation requests not yet fully answered
         self.num_queued = 0  # their engine requests that have not produced a token yet
@@ -77,9 +79,11 @@ class ServerState:
 
     def resolve_model(self, name: str | None) -> ModelTarget:
         """The one place a request's `model` is interpreted: empty or the base model's name → the
-        base model; anything else is unknown (404). Adapters extend this (LoRA)."""
+        base model; a registered LoRA adapter's name → that adapter; anything else is unknown (404)."""
         if not name or name in self.base_model_names():
             return ModelTarget(self.model_name)
+        if self.engine.engine.lora.servable(name):
+            return ModelTarget(name, adapter=name)
         raise APIError(404, f"the model {name!r} does not exist", reason="unknown_model", param="model",
                        code="model_not_found")
 

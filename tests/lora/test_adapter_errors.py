@@ -1,0 +1,80 @@
+"""Adapters that do not fit fail their load with a message saying why, and disturb nothing else."""
+
+import json
+import math
+import shutil
+
+import pytest
+
+from llmop.engine.lora.peft_adapter import AdapterError, load_peft_adapter
+from llmop.engine.lora.registry import AdapterState
+
+
+@pytest.fixture(scope="module")
+def bad_adapters(hf_checkpoint_dir, adapter_dirs, tmp_path_factory, lora_kit):
+    """name -> (directory, expected message fragment)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("bad-adapters")
+    good = adapter_dirs["attn-r8"]
+    out = {}
+
+    corrupt = root / "corrupt"
+    shutil.copytree(good, corrupt)
+    data = (corrupt / "adapter_model.safetensors").read_bytes()
+    (corrupt / "adapter_model.safetensors").write_bytes(data[: len(data) // 2])
+    out["corrupt"] = (corrupt, "cannot read adapter weights")
+
+    tiny_dir = root / "tiny-base"
+    LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=256)).save_pretrained(tiny_dir)
+    out["other-base"] = (lora_kit.make_adapter(tiny_dir, root / "other-base", 8, 8, ["q_proj"], False, 5),
+                         "different base architecture")
+    out["rank-64"] = (lora_kit.make_adapter(hf_checkpoint_dir, root / "rank-64", 64, 64, ["v_proj"], False, 6),
+                      "exceeds max_lora_rank 32")
+    out["lm-head"] = (lora_kit.make_adapter(hf_checkpoint_dir, root / "lm-head", 4, 4, ["lm_head"], False, 7),
+                      "not a LoRA weight of a decoder layer")
+    dora = root / "dora"
+    shutil.copytree(good, dora)
+    cfg = json.loads((dora / "adapter_config.json").read_text())
+    (dora / "adapter_config.json").write_text(json.dumps({**cfg, "use_dora": True}))
+    out["dora"] = (dora, "DoRA")
+    out["missing"] = (root / "nowhere", "is not a directory")
+    del torch
+    return out
+
+
+def test_each_misfit_is_refused_with_its_reason(bad_adapters, lora_engine):
+    cfg = lora_engine.checkpoint.config
+    for name, (path, why) in bad_adapters.items():
+        with pytest.raises(AdapterError, match=why):
+            load_peft_adapter(name, path, cfg, max_rank=32)
+
+
+def test_rslora_and_alpha_scaling(adapter_dirs, lora_engine):
+    cfg = lora_engine.checkpoint.config
+    assert load_peft_adapter("a", adapter_dirs["attn-r8"], cfg, 32).scaling == 16 / 8
+    all32 = load_peft_adapter("b", adapter_dirs["all-r32"], cfg, 32)
+    assert all32.scaling == pytest.approx(32 / math.sqrt(32))
+    assert all32.rank == 32 and len(all32.target_modules) == 7
+
+
+def test_failed_loads_leave_the_engine_serving(bad_adapters, lora_engine, references, prompt_ids, lora_kit):
+    eng = lora_engine
+    for name, (path, why) in bad_adapters.items():
+        with pytest.raises(AdapterError):
+            eng.lora.add(name, str(path))
+        info = next(i for i in eng.lora.infos() if i.name == name)
+        assert info.state is AdapterState.FAILED and why in info.error
+        with pytest.raises(ValueError, match="not available"):
+            eng.add_request(f"to-{name}", prompt_ids[0], lora_kit.greedy(), adapter=name)
+    pairs = [(i, m) for i in range(len(prompt_ids)) for m in ("attn-r8", None, "all-r32")]
+    for k, (i, m) in enumerate(pairs):
+        eng.add_request(f"after-failures-{k}", prompt_ids[i], lora_kit.greedy(), adapter=m)
+    tokens = lora_kit.run_to_completion(eng)
+    for k, (i, m) in enumerate(pairs):
+        assert tokens[f"after-failures-{k}"] == references[(i, m)][0]
+    for name in bad_adapters:
+        eng.lora.remove(name)
+    assert {i.name for i in eng.lora.infos()} == set(lora_kit.ADAPTERS)

@@ -1,0 +1,33 @@
+"""More adapters than slots (and than host memory): LRU eviction, transparent reloads, same tokens."""
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def small_engine(hf_checkpoint_dir, adapter_dirs, lora_kit):
+    from llmop.engine.engine import LLMEngine
+
+    return LLMEngine(lora_kit.engine_config(hf_checkpoint_dir, adapter_dirs, max_loras=2, max_cpu_loras=2))
+
+
+def test_two_slots_serve_four_adapters_with_peft_tokens(small_engine, references, prompt_ids, lora_kit):
+    eng = small_engine
+    reg = eng.lora.registry
+    assert sum(i.state.value == "disk" for i in eng.lora.infos()) == 2, "host tier holds 2 of the 4"
+    pairs = [(i, m) for i in range(len(prompt_ids)) for m in lora_kit.MODELS] * 2
+    for k, (i, m) in enumerate(pairs):
+        eng.add_request(f"evict-{k}", prompt_ids[i], lora_kit.greedy(), adapter=m)
+
+    def check(e):
+        b = e.lora.state.batch
+        assert b is None or len(b.slots) <= 2
+        running = {r.adapter for r in e.scheduler.running} - {None}
+        assert len(running) <= 2, running
+        resident = {i.name for i in e.lora.infos() if i.state.value == "resident"}
+        assert running <= resident, "a running request's adapter is never evicted"
+
+    tokens = lora_kit.run_to_completion(eng, check)
+    for k, (i, m) in enumerate(pairs):
+        assert tokens[f"evict-{k}"] == references[(i, m)][0], (k, m)
+    assert reg.num_slot_loads > 4, "adapters were evicted from slots and written again"
+    assert reg.num_disk_loads > 0, "adapters evicted from host memory were read again from disk"
