@@ -1,0 +1,74 @@
+"""What the pytest fixtures hand to tests: a handle on the running plane.
+
+Why here and not in conftest.py: the fixtures stay three lines each, and the handle (kubeconfig,
+server URL, the pinned kubectl) is importable by the demo or by other tooling too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import components, plane, runner
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A running local control plane.
+
+    `startup_seconds` is how long `up` took when this session started the plane, None when it
+    reused one that was already running.
+    """
+
+    kubeconfig: Path
+    server: str
+    startup_seconds: float | None = None
+
+    @property
+    def kubectl_path(self) -> Path:
+        return components.binary("kubectl")
+
+    @property
+    def helm_path(self) -> Path:
+        return components.binary("helm")
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run the pinned kubectl against this plane; text output; raises on failure if `check`."""
+        proc = subprocess.run(
+            [str(self.kubectl_path), *args], input=input, capture_output=True, text=True,
+            env=self.env(), timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+        return proc
+
+    def api_client(self):
+        """A `kubernetes.client.ApiClient` configured from the kubeconfig (caller closes it)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+
+@contextlib.contextmanager
+def session_cluster(report: Callable[[str], None] = print) -> Iterator[Cluster]:
+    """Build if needed, start or join the plane, and leave it as found (see runner.acquire)."""
+    layout = runner.default_layout()
+    components.build(log=report)
+    started = runner.acquire(layout, log=report)
+    if started is None:
+        report(f"dev cluster: reusing the running plane ({layout.kubeconfig})")
+    else:
+        report(f"dev cluster: start-up took {started:.1f}s (binaries cached)")
+    try:
+        yield Cluster(layout.kubeconfig, plane.server_url(plane.Ports()), started)
+    finally:
+        if runner.release(layout):
+            report("dev cluster: stopped")
