@@ -175,7 +175,7 @@ def _gguf_state_dict(ckpt: Checkpoint, dtype: torch.dtype) -> dict[str, torch.Te
             hf = f"model.layers.{parts[1]}.{_GGUF_TO_HF[parts[2]]}.{parts[3]}"
         else:
             hf = f"{_GGUF_TO_HF[parts[0]]}.{parts[1]}"
-        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        w = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)  # a writable copy
         if permute and parts[0] == "blk" and parts[2] in ("attn_q", "attn_k"):
             w = _unpermute_rope_rows(w, cfg.num_heads if parts[2] == "attn_q" else cfg.num_kv_heads)
         sd[hf] = torch.from_numpy(np.ascontiguousarray(w)).to(dtype)

@@ -29,7 +29,9 @@ class IncrementalDetokenizer:
         self.stopped_by: str | None = None
 
     def add(self, token_id: int) -> str:
-        """Feed one token; returns the newly safe text (maybe empty)."""
+        """Feed one token; returns the newly safe text (maybe empty). Nothing after a stop string."""
+        if self.stopped_by is not None:
+            return ""
         piece = self._stream.step(self._tok, token_id)
         if piece:
             start = max(0, len(self.text) - self._hold)

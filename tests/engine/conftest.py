@@ -16,13 +16,21 @@ NEW_TOKENS = 64
 
 
 def hf_greedy(model, ids: list[int], n: int) -> tuple[list[int], "torch.Tensor"]:
-    """HF transformers' greedy continuation and its first-step logits (the independent reference)."""
+    """HF transformers' greedy continuation and its first-step logits (the independent reference).
+
+    A plain argmax loop over HF's forward with its own KV cache: `generate(min_new_tokens=...)`
+    would mask EOS, which the engine's `ignore_eos` does not."""
     import torch
 
     with torch.inference_mode():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                             output_logits=True, return_dict_in_generate=True, pad_token_id=0)
-    return out.sequences[0, len(ids):].tolist(), out.logits[0][0].float()
+        out = model(torch.tensor([ids]), use_cache=True)
+        first = out.logits[0, -1].float()
+        logits, tokens = first, []
+        for _ in range(n):
+            tokens.append(int(logits.argmax()))
+            out = model(torch.tensor([[tokens[-1]]]), past_key_values=out.past_key_values, use_cache=True)
+            logits = out.logits[0, -1]
+    return tokens, first
 
 
 @pytest.fixture(scope="session")
