@@ -58,5 +58,6 @@ def render_chat(state: ServerState, messages: list[ChatMessage]) -> list[int]:
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  state: ServerState = Depends(get_state)):
     state.check_open()
+    state.resolve_model(body.model)  # an unknown model is refused before any templating
     prompt = await run_in_threadpool(render_chat, state, body.messages)
     return await serve(request, state, body, [prompt], ChatFormat(state, body.logprobs))

@@ -57,5 +57,6 @@ def _prompts(state: ServerState, prompt: str | list[int] | list[str]) -> list[li
 @router.post("/v1/completions")
 async def create_completion(body: CompletionRequest, request: Request, state: ServerState = Depends(get_state)):
     state.check_open()
+    state.resolve_model(body.model)  # an unknown model is refused before any tokenizing
     prompts = await run_in_threadpool(_prompts, state, body.prompt)
     return await serve(request, state, body, prompts, CompletionFormat(state, body.logprobs is not None))
