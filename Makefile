@@ -4,6 +4,8 @@ VENV      ?= .venv
 BIN       := $(VENV)/bin
 STAMP     := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
+# The repo has a folder named `operator`; never let the cwd shadow the stdlib module of that name.
+export PYTHONSAFEPATH := 1
 
 .PHONY: help venv test test-fast demo serve generate crds cluster-up cluster-down k8s-bins bench clean
 

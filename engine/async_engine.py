@@ -158,6 +158,7 @@ class AsyncEngine:
                 cmd = self._inbox.get() if not eng.has_unfinished() else self._inbox.get_nowait()
                 if cmd is not None:
                     self._handle(cmd)
+                    self.stats = eng.stats()
                 continue
             except queue.Empty:
                 pass
