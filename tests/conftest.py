@@ -14,12 +14,14 @@ def k8s_cluster(request):
     from llmop.devcluster.testing import session_cluster
 
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
 
-    def report(line: str) -> None:
-        if reporter is not None:
-            reporter.write_line(line)
-        else:
+    def report(line: str) -> None:  # shown live, even under output capture
+        if reporter is None or capture is None:
             print(line)
+            return
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(line)
 
     with session_cluster(report=report) as cluster:
         yield cluster

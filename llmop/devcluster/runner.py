@@ -95,28 +95,26 @@ def _spawn(layout: Layout, proc: plane.Process) -> subprocess.Popen:
 
 
 def _stop_all(layout: Layout) -> list[str]:
-    """TERM every recorded process group (reverse start order), wait, KILL stragglers."""
+    """Stop every recorded process group in reverse start order, one at a time: TERM, wait,
+    KILL if it lingers. One at a time because the API server's graceful shutdown stalls when
+    etcd vanishes under it (all at once took the full timeout)."""
     stopped: list[str] = []
     if not layout.pids.exists():
         return stopped
     names = [p.name for p in plane.processes(layout, Ports())][::-1]
     files = [layout.pids / n for n in names] + sorted(set(layout.pids.iterdir()) - {layout.pids / n for n in names})
-    live: dict[Path, int] = {}
     for f in files:
         pid = _alive(f)
         if pid is not None:
-            live[f] = pid
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while _alive(f) is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _alive(f) is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
             stopped.append(f.name)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while live and time.monotonic() < deadline:
-        live = {f: pid for f, pid in live.items() if _alive(f) is not None}
-        time.sleep(0.1)
-    for pid in live.values():
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-    for f in files:
         f.unlink(missing_ok=True)
     return stopped
 
