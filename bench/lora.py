@@ -1,0 +1,239 @@
+"""Multi-LoRA benchmarks (issue 6), each a ratio against a baseline measured in the same run.
+
+1. Step time of a decode batch of 32 requests spread over 1, 4 and 16 distinct adapters, vs the
+   same batch on the base model only (bar: <= 1.3x at 16 adapters).
+2. Throughput (generated tokens/s) with 5 vs 500 registered adapters, adapter popularity following
+   a power law (Zipf, alpha = 1) as in S-LoRA; max_loras slots on the device, the rest in host
+   memory (bar: >= 85% of the 5-adapter throughput at 500).
+3. The naive alternative: merge each adapter into the model's weights and serve its requests as
+   one batch, adapter after adapter (the merge and the restore are timed too).
+
+Adapters are synthetic (random A and B, rank 16, all seven projections), built in memory: the
+benchmarks measure batching and slot traffic, not disk reads. With 500 adapters, their weights are
+views of 16 distinct random sets (host memory), but every adapter is a distinct registry entry and
+is copied into a device slot on its own.
+
+    .venv/bin/python -P bench/lora.py [--threads 1] [--rounds 5] [--requests 128] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+
+import torch
+
+
+def random_adapter(name, cfg, rank, seed, dtype):
+    from llmop.engine.lora.peft_adapter import TARGET_MODULES, LoraAdapter, module_shapes
+
+    gen = torch.Generator().manual_seed(seed)
+    shapes = module_shapes(cfg)
+    weights = {}
+    for layer in range(cfg.num_layers):
+        for m in TARGET_MODULES:
+            fin, fout = shapes[m]
+            weights[(layer, m)] = ((torch.randn(rank, fin, generator=gen) * 0.02).to(dtype),
+                                   (torch.randn(fout, rank, generator=gen) * 0.02).to(dtype))
+    return LoraAdapter(name, "<memory>", rank, 2.0, frozenset(TARGET_MODULES), weights)
+
+
+def make_engine(args, **kw):
+    from llmop.engine.engine import LLMEngine
+
+    return LLMEngine(None, dtype=args.dtype, device=args.device, max_num_seqs=32, max_num_batched_tokens=1024,
+                     kv_cache_memory_bytes=256 << 20, max_lora_rank=args.rank, max_cpu_loras=0, **kw)
+
+
+def register(eng, n, distinct=16):
+    """n adapters, sharing `distinct` random weight sets."""
+    cfg = eng.checkpoint.config
+    pool = [random_adapter(f"w{i}", cfg, eng.config.max_lora_rank, i, eng.dtype) for i in range(min(n, distinct))]
+    names = []
+    for i in range(n):
+        name = f"adapter-{i}"
+        w = pool[i % len(pool)]
+        eng.lora.begin_load(name, "<memory>")
+        eng.lora.finish_load(name, type(w)(name, w.source, w.rank, w.scaling, w.target_modules, w.weights))
+        names.append(name)
+    return names
+
+
+def greedy(n):
+    from llmop.engine.sampling_params import SamplingParams
+
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+# --- 1. step time ---------------------------------------------------------------------------------
+
+
+def step_times(args) -> dict:
+    eng = make_engine(args, max_loras=16)
+    names = register(eng, 16, distinct=16)
+    rng = random.Random(0)
+    vocab = eng.checkpoint.config.vocab_size
+    configs = [0, 1, 4, 16]
+    samples = {k: [] for k in configs}
+    for rnd in range(args.rounds):
+        for k in configs:
+            ids = [f"s{rnd}-{k}-{i}" for i in range(32)]
+            for i, rid in enumerate(ids):
+                eng.add_request(rid, [rng.randrange(100, vocab) for _ in range(16)], greedy(1000),
+                                adapter=names[i % k] if k else None)
+            while any(t.request.num_computed_tokens < t.request.num_prompt_tokens for t in eng._tracked.values()):
+                eng.step()  # prefill
+            for _ in range(args.warmup):
+                eng.step()
+            for _ in range(args.steps):
+                t0 = time.perf_counter()
+                eng.step()
+                samples[k].append(time.perf_counter() - t0)
+                b = eng.lora.state.batch
+                assert (b is None and k == 0) or (b is not None and len(b.slots) == k)
+            for rid in ids:
+                eng.abort(rid)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    return {"base_ms": med[0] * 1e3,
+            **{f"{k}_adapters_ms": med[k] * 1e3 for k in configs[1:]},
+            **{f"{k}_adapters_ratio": med[k] / med[0] for k in configs[1:]}}
+
+
+# --- 2. and 3. throughput ------------------------------------------------------------------------
+
+
+def workload(args, names, seed=1):
+    """(prompt, output length, adapter): Zipf(alpha=1) over `names` in popularity order."""
+    rng = random.Random(seed)
+    weights = [1 / (i + 1) for i in range(len(names))]
+    out = []
+    for _ in range(args.requests):
+        out.append(([rng.randrange(100, 40000) for _ in range(args.prompt_len)], args.output_len,
+                    rng.choices(names, weights)[0]))
+    return out
+
+
+def run_lora(eng, reqs, tag):
+    t0 = time.perf_counter()
+    for i, (prompt, n, a) in enumerate(reqs):
+        eng.add_request(f"{tag}-{i}", prompt, greedy(n), adapter=a)
+    gen = 0
+    while eng.has_unfinished():
+        gen += sum(len(o.new_token_ids) for o in eng.step())
+    return gen / (time.perf_counter() - t0)
+
+
+class Merged:
+    """The naive alternative: the adapter merged into the base weights (W += s B A), then restored."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        return self
+
+    @torch.no_grad()
+    def merge(self, adapter):
+        from llmop.engine.lora.peft_adapter import module_path
+
+        self.saved = []
+        for (layer, m), (a, b) in adapter.weights.items():
+            w = self.model.get_submodule(module_path(layer, m)).weight
+            self.saved.append((w, w.clone()))
+            w.add_((adapter.scaling * (b.float() @ a.float())).to(w.dtype))
+
+    @torch.no_grad()
+    def restore(self):
+        for w, orig in self.saved:
+            w.copy_(orig)
+
+    def __exit__(self, *exc):
+        return False
+
+
+def run_naive(eng, reqs, adapters, tag):
+    groups: dict[str, list] = {}
+    for r in reqs:
+        groups.setdefault(r[2], []).append(r)
+    merged = Merged(eng.model)
+    t0 = time.perf_counter()
+    gen = 0
+    for a, group in groups.items():
+        merged.merge(adapters[a])
+        for i, (prompt, n, _) in enumerate(group):
+            eng.add_request(f"{tag}-{a}-{i}", prompt, greedy(n))
+        while eng.has_unfinished():
+            gen += sum(len(o.new_token_ids) for o in eng.step())
+        merged.restore()
+    return gen / (time.perf_counter() - t0)
+
+
+def throughput(args) -> dict:
+    eng = make_engine(args, max_loras=args.max_loras)
+    plain = make_engine(args, max_loras=args.max_loras)  # LoRA never enabled: the merged baseline
+    res = {}
+    names = {n: register(eng, n) if n == 5 else None for n in (5, 500)}
+    rates = {5: [], 500: [], "naive5": [], "naive500": []}
+    # Register the 500 once (the first 5 are the 5-adapter set's weights too, but distinct names).
+    names[500] = names[5] + register_more(eng, 5, 500)
+    for rnd in range(args.throughput_rounds):
+        for n in (5, 500):
+            reqs = workload(args, names[n], seed=rnd)
+            rates[n].append(run_lora(eng, reqs, f"t{rnd}-{n}"))
+            adapters = {a: eng.lora.registry.host(a) for a in {r[2] for r in reqs}}
+            rates[f"naive{n}"].append(run_naive(plain, reqs, adapters, f"n{rnd}-{n}"))
+    for k, v in rates.items():
+        res[f"tok_s_{k}"] = statistics.median(v)
+    res["ratio_500_vs_5"] = res["tok_s_500"] / res["tok_s_5"]
+    res["lora_vs_naive_5"] = res["tok_s_5"] / res["tok_s_naive5"]
+    res["lora_vs_naive_500"] = res["tok_s_500"] / res["tok_s_naive500"]
+    res["slot_loads"] = eng.lora.registry.num_slot_loads
+    return res
+
+
+def register_more(eng, start, stop, distinct=16):
+    cfg = eng.checkpoint.config
+    pool = [random_adapter(f"w{i}", cfg, eng.config.max_lora_rank, i, eng.dtype) for i in range(distinct)]
+    names = []
+    for i in range(start, stop):
+        name = f"adapter-{i}"
+        w = pool[i % distinct]
+        eng.lora.begin_load(name, "<memory>")
+        eng.lora.finish_load(name, type(w)(name, w.source, w.rank, w.scaling, w.target_modules, w.weights))
+        names.append(name)
+    return names
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--rank", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=5, help="step-time rounds (configs interleaved)")
+    p.add_argument("--steps", type=int, default=5, help="timed decode steps per round and config")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--requests", type=int, default=128)
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--output-len", type=int, default=24)
+    p.add_argument("--max-loras", type=int, default=16)
+    p.add_argument("--throughput-rounds", type=int, default=2)
+    p.add_argument("--skip", choices=["step", "throughput"], default=None)
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = {"device": args.device, "dtype": args.dtype, "threads": torch.get_num_threads(), "rank": args.rank}
+    if args.skip != "step":
+        out["step_time"] = step_times(args)
+        print(json.dumps(out["step_time"], indent=1), flush=True)
+    if args.skip != "throughput":
+        out["throughput"] = throughput(args)
+        print(json.dumps(out["throughput"], indent=1), flush=True)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
