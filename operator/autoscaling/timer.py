@@ -167,4 +167,7 @@ async def autoscaler(body, spec, status, name, namespace, memo, logger, **_) -> 
     if _metrics_went_missing(prev, new):
         events.append(("Warning", "MetricsMissing", result.message))
     for event in events:
-        await asyncio.to_thread(kube.event, dict(body), *event)
+        try:
+            await asyncio.to_thread(kube.event, dict(body), *event)
+        except Exception as err:  # noqa: BLE001 - an Event is best-effort; the scale already happened
+            logger.warning("autoscaler: could not post Event %s: %s", event[1], err)

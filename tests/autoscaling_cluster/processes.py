@@ -1,0 +1,132 @@
+"""Real processes the end-to-end autoscaling test runs on localhost: engines, a load generator,
+and a Prometheus server (Debian's `prometheus` package).
+
+The engines stand in for the engine pods' containers (the dev plane's nodes are kwok fakes that
+run no process); the LLMDeployment's `autoscaling.metrics.targets` points the operator at them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from llmop.operator.local import eventually
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Process:
+    """A child process with its output in a log file; SIGTERM then SIGKILL on stop."""
+
+    def __init__(self, cmd: list[str], log: Path, env: dict[str, str] | None = None):
+        self.cmd, self.log = cmd, log
+        self.proc = subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+class Engine(Process):
+    """`llmop serve` on the embedded model, one sequence at a time so a few clients queue."""
+
+    def __init__(self, workdir: Path, max_num_seqs: int = 1):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__([sys.executable, "-m", "llmop.cli", "serve", "--device", "cpu",
+                          "--port", str(self.port), "--max-num-seqs", str(max_num_seqs),
+                          "--drain-timeout-s", "5"], workdir / f"engine-{self.port}.log")
+        eventually(self._ready, timeout=300, what=f"engine {self.url} ready")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"engine exited: {self.tail()}")
+        try:
+            return httpx.get(self.url + "/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+class Load:
+    """A bounded load generator: `clients` threads each sending one completion after another
+    until stopped (or `max_seconds` pass, so a failing test cannot leave load behind)."""
+
+    def __init__(self, url: str, clients: int = 6, max_tokens: int = 24, max_seconds: float = 600):
+        self.url, self.max_tokens = url, max_tokens
+        self.deadline = time.monotonic() + max_seconds
+        self.stopped = threading.Event()
+        self.done = 0
+        self.threads = [threading.Thread(target=self._client, daemon=True) for _ in range(clients)]
+
+    def _client(self) -> None:
+        with httpx.Client(timeout=120) as client:
+            while not self.stopped.is_set() and time.monotonic() < self.deadline:
+                r = client.post(self.url + "/v1/completions", json={
+                    "prompt": "Kubernetes operators scale", "max_tokens": self.max_tokens,
+                    "ignore_eos": True})
+                r.raise_for_status()
+                self.done += 1
+
+    def __enter__(self) -> "Load":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        for t in self.threads:
+            t.join(timeout=180)
+
+
+def prometheus_binary() -> str | None:
+    return shutil.which("prometheus") or (
+        "/usr/bin/prometheus" if Path("/usr/bin/prometheus").exists() else None)
+
+
+class Prometheus(Process):
+    """A real Prometheus scraping `targets` (host:port) every second."""
+
+    def __init__(self, workdir: Path, targets: list[str]):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            "- job_name: llmop-engines\n"
+            f"  static_configs: [{{targets: [{', '.join(targets)}]}}]\n"
+        )
+        super().__init__([prometheus_binary(), f"--config.file={config}",
+                          f"--storage.tsdb.path={workdir / 'tsdb'}",
+                          f"--web.listen-address=127.0.0.1:{self.port}"], workdir / "prometheus.log")
+        eventually(self._ready, timeout=120, what="prometheus ready")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"prometheus exited: {self.tail()}")
+        try:
+            return httpx.get(self.url + "/-/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
