@@ -54,15 +54,12 @@ class AttentionBackend(Protocol):
 
 
 def get_attention_backend(name: str, device: torch.device) -> AttentionBackend:
-    """"torch" (plain PyTorch, the CPU path), "triton" (GPU kernels), or "auto" by device."""
+    """"torch" (the kernels' torch references, the CPU path), "triton" (the GPU kernels), or
+    "auto": Triton on CUDA, torch otherwise."""
     if name == "auto":
         name = "triton" if device.type == "cuda" else "torch"
-    if name == "torch":
-        from llmop.engine.attention_torch import TorchAttentionBackend
+    if name not in ("torch", "triton"):
+        raise ValueError(f"unknown attention backend {name!r}")
+    from llmop.engine.attention_kernels import KernelAttentionBackend
 
-        return TorchAttentionBackend()
-    if name == "triton":
-        from llmop.engine.attention_triton import TritonAttentionBackend
-
-        return TritonAttentionBackend()
-    raise ValueError(f"unknown attention backend {name!r}")
+    return KernelAttentionBackend(name)

@@ -134,16 +134,14 @@ def gather_context(key_cache, value_cache, block_tables, seq_lens, max_len):
 
 
 def attend_dense(q, k, v, visible, scale):
-    """Softmax attention in float32 with GQA.
+    """Softmax attention with GQA through `scaled_dot_product_attention` (the engine's CPU path).
 
     q: [S, Q, H, D]; k, v: [S, L, Hkv, D]; visible: bool [S, Q, L]. Returns float32 [S, Q, H, D];
-    rows that see nothing come out as 0.
+    rows that see nothing come out as 0. Math runs in the inputs' dtype with SDPA's float32
+    softmax accumulation, which is what makes this reference fast enough to serve on a CPU.
     """
-    num_seqs, q_len, num_heads, head_dim = q.shape
-    num_kv_heads = k.shape[2]
-    qg = q.float().reshape(num_seqs, q_len, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    scores = torch.einsum("sqhgd,slhd->shgql", qg, k.float()) * scale
-    scores = scores.masked_fill(~visible[:, None, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    out = torch.einsum("shgql,slhd->sqhgd", probs, v.float())
-    return out.reshape(num_seqs, q_len, num_heads, head_dim)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype),
+        attn_mask=visible[:, None], scale=scale, enable_gqa=True,
+    )
+    return out.transpose(1, 2).float().nan_to_num(0.0)

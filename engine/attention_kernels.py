@@ -1,10 +1,10 @@
-"""The GPU attention backend: the Triton kernels of `llmop.kernels` over the paged cache.
+"""The attention backend over `llmop.kernels`: Triton kernels on the GPU, their torch references
+on the CPU — one code path, two implementations of each op chosen by name.
 
 New keys/values go into the cache by slot (`reshape_and_cache`); a batch of decode rows only uses
-the split-KV decode kernel, anything else (prefill chunks, mixed batches) the varlen prefill
-kernel, which treats decode rows as one-token queries.  Under `TRITON_INTERPRET=1` (or on a
-machine without CUDA) the same kernels run in Triton's interpreter, which is how the CPU tests
-exercise this backend.
+the decode op (split-KV on the GPU), anything else (prefill chunks, mixed batches) the varlen
+prefill op, which treats decode rows as one-token queries. Under `TRITON_INTERPRET=1` the Triton
+kernels run in the interpreter, which is how the CPU tests exercise that path.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from llmop.engine.attention import AttentionMetadata
 from llmop.kernels.registry import get_attention_ops
 
 
-class TritonAttentionBackend:
-    def __init__(self) -> None:
-        self.ops = get_attention_ops("triton")
+class KernelAttentionBackend:
+    def __init__(self, name: str) -> None:
+        self.ops = get_attention_ops(name)
 
     def forward(self, query, key, value, kv_cache, meta: AttentionMetadata, scale: float):
         k_cache, v_cache = kv_cache
