@@ -19,12 +19,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.kubeconfig:
+        # kopf's login reads KUBECONFIG through the kubernetes library, which reads it at import.
+        os.environ["KUBECONFIG"] = os.path.abspath(args.kubeconfig)
     import kopf
 
     from llmop.operator import handlers
 
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = os.path.abspath(args.kubeconfig)  # kopf's own login reads it
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     handlers.init(args.kubeconfig)

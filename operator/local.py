@@ -58,11 +58,13 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 def install_chart(cluster, *values: str) -> None:
     """helm upgrade --install of the chart (CRD, ServiceAccount, RBAC, operator Deployment)."""
     sets = [arg for v in values for arg in ("--set", v)]
-    subprocess.run(
+    out = subprocess.run(
         [str(cluster.helm_path), "upgrade", "--install", RELEASE, str(CHART), "--namespace", OPERATOR_NS,
          "--create-namespace", *sets],
-        check=True, capture_output=True, text=True, env=cluster.env(), timeout=180,
+        capture_output=True, text=True, env=cluster.env(), timeout=180,
     )  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"helm install failed: {out.stderr}")
     eventually(lambda: condition(kubectl_json(cluster, "crd", CRD_NAME), "Established"), what="CRD established")
 
 

@@ -25,6 +25,8 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": [*_OWN, "delete"]},
     # Engine pods: readiness and metrics targets for the autoscaler.
     {"apiGroups": [""], "resources": ["pods"], "verbs": _READ},
+    # kopf watches the CRDs it serves (to notice them being installed or removed).
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": _READ},
     # Events for decisions and failures.
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
 ]

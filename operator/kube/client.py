@@ -6,6 +6,7 @@ operator owns; the counts feed the scale benchmark (API requests per LLMDeployme
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from datetime import datetime, timezone
@@ -13,6 +14,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
 
 from llmop.operator.api.llmdeployment import GROUP, KIND, PLURAL, VERSION
 
@@ -58,16 +60,19 @@ class Kube:
     def _call(self, verb: str, path: str, body: Any = None, query=(), content_type: str = "application/json"):
         with self._lock:
             self.requests[verb] += 1
-        return self.api.call_api(
-            path,
+        method, url, headers, payload, _ = self.api.param_serialize(
             verb,
+            path,
             query_params=list(query),
             header_params={"Content-Type": content_type, "Accept": "application/json"},
             body=body,
-            response_type="object",
             auth_settings=["BearerToken"],
-            _return_http_data_only=True,
         )
+        response = self.api.call_api(method, url, header_params=headers, body=payload, _request_timeout=60)
+        response.read()
+        if not 200 <= response.status < 300:
+            raise ApiException(http_resp=response)
+        return json.loads(response.data or b"{}")
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply `obj` as the operator's field manager (force: the operator owns these

@@ -1,0 +1,47 @@
+"""The Helm chart: lint, template (RBAC from operator/rbac.py), and installed by the session
+fixture — the operator the other tests watch runs as the chart's ServiceAccount with its RBAC."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+import yaml
+
+from harness import CHART, OPERATOR_NS, RELEASE, get
+from llmop.operator.rbac import RULES
+
+pytestmark = pytest.mark.k8s
+
+
+def helm(cluster, *args):
+    return subprocess.run([str(cluster.helm_path), *args], capture_output=True, text=True, env=cluster.env(),
+                          timeout=120)  # fmt: skip
+
+
+def test_lint(k8s_cluster):
+    out = helm(k8s_cluster, "lint", str(CHART), "--strict")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("namespace,kind", [("", "ClusterRole"), ("ml", "Role")])
+def test_template_rbac(k8s_cluster, namespace, kind):
+    out = helm(k8s_cluster, "template", "x", str(CHART), "--set", f"watchNamespace={namespace}")
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    (role,) = [d for d in docs if d["kind"] == kind]
+    assert role["rules"] == RULES
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == (["operator", f"--namespace={namespace}"] if namespace else ["operator"])
+
+
+def test_values_schema_rejects_unknown_values(k8s_cluster):
+    out = helm(k8s_cluster, "template", "x", str(CHART), "--set", "nonsense=1")
+    assert out.returncode != 0
+
+
+def test_installed(k8s_cluster, operator):
+    assert get(k8s_cluster, "deployment", RELEASE, OPERATOR_NS)
+    assert get(k8s_cluster, "clusterrole", RELEASE, "default")["rules"] == RULES
+    assert operator.proc.poll() is None, operator.tail()
