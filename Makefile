@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # The repo has a folder named `operator`; never let the cwd shadow the stdlib module of that name.
 export PYTHONSAFEPATH := 1
 
-.PHONY: help venv test test-fast demo serve generate crds cluster-up cluster-down k8s-bins bench clean
+.PHONY: help venv system-deps test test-fast demo serve generate crds cluster-up cluster-down k8s-bins bench clean
 
 help:
 	@echo "make demo   - local control plane, operator, sample LLMDeployment, a real engine answering"
@@ -28,7 +28,11 @@ venv: $(STAMP)
 k8s-bins: venv
 	$(BIN)/llmop dev-cluster build
 
-test: venv k8s-bins
+# Debian's Prometheus, for the autoscaler's end-to-end test with the `prometheus` source.
+system-deps:
+	@command -v prometheus >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus) || echo "prometheus not installed: its test will be skipped"
+
+test: venv k8s-bins system-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: venv
