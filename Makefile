@@ -33,7 +33,8 @@ system-deps:
 	@command -v prometheus >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus) || echo "prometheus not installed: its test will be skipped"
 
 test: venv k8s-bins system-deps
-	$(BIN)/pytest $(PYTEST_ARGS)
+	# Tests run several engines and servers at once on small machines: one torch thread each.
+	OMP_NUM_THREADS=1 $(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: venv
 	$(BIN)/pytest -m "not k8s and not slow" $(PYTEST_ARGS)

@@ -49,7 +49,7 @@ def run_surge(cluster, ns: str, name: str, url: str, metrics: dict) -> dict:
     with Load(url, clients=6):
         eventually(lambda: scale(cluster, ns, name) >= 2, timeout=300, what="scale-up under load")
     eventually(lambda: scale(cluster, ns, name) == 1, timeout=300, what="scale-down after load")
-    return kubectl_json(cluster, "llmd", name, "-n", ns)
+    return kubectl_json(cluster, "llmd", name, "-n", ns, "--show-managed-fields")
 
 
 def assert_recorded(cluster, ns: str, name: str, body: dict) -> None:
