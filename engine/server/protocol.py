@@ -7,6 +7,7 @@ one base class; `sampling.to_sampling_params` is the only place they become `Sam
 
 from __future__ import annotations
 
+import abc
 import time
 from typing import Any, Literal
 
@@ -63,13 +64,13 @@ class SamplingRequest(_Strict):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
 
+    @abc.abstractmethod
     def requested_max_tokens(self) -> int | None:
         """The output cap the client asked for (None: the server's default)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def requested_logprobs(self) -> int | None:
         """How many alternatives per token to return (None: logprobs off)."""
-        raise NotImplementedError
 
 
 class CompletionRequest(SamplingRequest):
