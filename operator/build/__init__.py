@@ -1,0 +1,1 @@
+"""Pure builders: an LLMDeployment spec in, the Kubernetes objects it wants out."""

@@ -1,0 +1,71 @@
+"""The engine's config file for one LLMDeployment: the spec's engine knobs, the sizing plan's
+limits and KV budget, and the source paths, checked against the engine's own schema.
+
+`spec.engine.overrides` reaches any other EngineConfig field, but not the ones the operator
+decides (the Service, sizing and sources depend on those): setting one is a spec error.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from llmop.engine.config import AdapterSource, EngineConfig
+from llmop.operator.api.llmdeployment import LLMDeploymentSpec
+from llmop.operator.build.errors import SpecError
+from llmop.operator.build.sources import Sources
+from llmop.operator.sizing.plan import SizingPlan
+
+CONFIG_DIR = "/etc/llmop"
+CONFIG_FILE = "engine.yaml"
+
+# EngineConfig fields the operator sets, and the spec field a user sets instead.
+OPERATOR_FIELDS = {
+    "model": "spec.model.source", "served_model_name": "spec.model.name",
+    "tensor_parallel_size": "spec.parallelism.tensor", "max_model_len": "spec.engine.maxModelLen",
+    "max_num_seqs": "spec.engine.maxNumSeqs", "max_num_batched_tokens": "spec.engine.maxNumBatchedTokens",
+    "block_size": "spec.kvCache.blockSize", "kv_cache_dtype": "spec.kvCache.dtype",
+    "kv_cache_memory_bytes": "spec.kvCache (sizing)", "kv_cache_memory_fraction": "spec.kvCache (sizing)",
+    "host": "(always 0.0.0.0)", "port": "spec.engine.port",
+    "drain_timeout_s": "spec.engine.drainTimeoutSeconds", "adapters": "spec.adapters",
+}  # fmt: skip
+
+
+def served_name(spec: LLMDeploymentSpec, name: str) -> str:
+    """The name clients send as `model`: spec.model.name, else the LLMDeployment's name."""
+    return spec.model.name or name
+
+
+def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources: Sources) -> EngineConfig:
+    """The EngineConfig the pods run; SpecError(Degraded, InvalidEngineConfig) when it is invalid."""
+    taken = sorted(set(spec.engine.overrides) & set(OPERATOR_FIELDS))
+    if taken:
+        raise SpecError("Degraded", "InvalidEngineConfig", "; ".join(
+            f"engine.overrides.{k} is decided by the operator: set {OPERATOR_FIELDS[k]}" for k in taken))
+    engine = spec.engine
+    fields = {
+        "model": sources.model,
+        "served_model_name": served_name(spec, name),
+        "tensor_parallel_size": plan.tensor_parallel_size,
+        "max_model_len": plan.request.max_model_len,
+        "block_size": spec.kv_cache.block_size,
+        "kv_cache_dtype": spec.kv_cache.dtype,
+        "kv_cache_memory_bytes": plan.kv_cache_bytes_per_gpu,
+        "host": "0.0.0.0",
+        "port": engine.port,
+        "drain_timeout_s": float(engine.drain_timeout_seconds),
+        "adapters": [
+            AdapterSource(name=a.name, source=path, pinned=a.pinned)
+            for a, path in zip(spec.adapters, sources.adapters)
+        ],
+    }
+    if engine.max_num_seqs is not None:
+        fields["max_num_seqs"] = engine.max_num_seqs
+    if engine.max_num_batched_tokens is not None:
+        fields["max_num_batched_tokens"] = engine.max_num_batched_tokens
+    try:
+        return EngineConfig.model_validate({**engine.overrides, **fields})
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'engine'}: {e['msg']}" for e in err.errors()
+        )
+        raise SpecError("Degraded", "InvalidEngineConfig", f"the engine rejects its config: {problems}") from err

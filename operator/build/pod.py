@@ -1,0 +1,104 @@
+"""The engine pod template: GPUs from sizing, probes on the engine's health endpoints, a drain that
+finishes in-flight requests, and the volumes its sources and config need.
+
+Shutdown: the preStop sleep lets the Service drop the pod first, then SIGTERM makes the engine stop
+admitting and finish what it has for up to drainTimeoutSeconds; the grace period covers both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmop.operator.api.llmdeployment import LLMDeploymentSpec
+from llmop.operator.build.engine_config import CONFIG_DIR, CONFIG_FILE
+from llmop.operator.build.meta import Owner
+from llmop.operator.build.settings import Settings
+from llmop.operator.build.sources import Sources
+
+PRESTOP_SECONDS = 5
+GRACE_MARGIN_SECONDS = 10
+ENGINE_UID = 1000  # Dockerfile.engine's user
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+CONFIG_HASH = "llmop.dev/config-hash"
+
+
+def config_volume_name() -> str:
+    return "engine-config"
+
+
+def _resources(spec: LLMDeploymentSpec, gpus: int) -> dict[str, Any]:
+    gpu = {spec.accelerator.resource_name: str(gpus)}
+    res = spec.engine.resources
+    return {"requests": {**res.requests, **gpu}, "limits": {**res.limits, **gpu}}
+
+
+def _engine_container(spec: LLMDeploymentSpec, settings: Settings, sources: Sources, gpus: int) -> dict[str, Any]:
+    engine = spec.engine
+
+    def http(path: str, period: int, failures: int) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period,
+                "timeoutSeconds": 5, "failureThreshold": failures}  # fmt: skip
+
+    return {
+        "name": "engine",
+        "image": engine.image or settings.engine_image,
+        "command": ["llmop", "serve", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}", *engine.extra_args],
+        "ports": [{"name": "http", "containerPort": engine.port, "protocol": "TCP"}],
+        "resources": _resources(spec, gpus),
+        # Loading weights can take many minutes: the startup probe holds liveness off for 30.
+        "startupProbe": http("/health", 10, 180),
+        "livenessProbe": http("/health", 10, 3),
+        "readinessProbe": http("/ready", 5, 2),
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SECONDS)]}}},
+        "volumeMounts": [
+            {"name": config_volume_name(), "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},  # NCCL between tensor-parallel ranks
+            *sources.mounts(),
+        ],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+
+
+def engine_pod_template(
+    owner: Owner, spec: LLMDeploymentSpec, settings: Settings, sources: Sources, gpus: int,
+    config_map: str, config_hash: str,
+) -> dict[str, Any]:
+    """The Deployment's pod template; `config_hash` in an annotation rolls the pods when the
+    engine config changes (and only then: replicas are not part of it)."""
+    acc, extra = spec.accelerator, spec.pod_template
+    node_selector = dict(acc.node_selector)
+    if acc.product:
+        node_selector[GPU_PRODUCT_LABEL] = acc.product
+    pod: dict[str, Any] = {
+        "securityContext": {"runAsNonRoot": True, "runAsUser": ENGINE_UID, "runAsGroup": ENGINE_UID,
+                            "fsGroup": ENGINE_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+        "terminationGracePeriodSeconds": PRESTOP_SECONDS + spec.engine.drain_timeout_seconds + GRACE_MARGIN_SECONDS,
+        "containers": [_engine_container(spec, settings, sources, gpus)],
+        "volumes": [
+            {"name": config_volume_name(), "configMap": {"name": config_map}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            *sources.volumes(),
+        ],
+        "tolerations": [t.wire() for t in acc.tolerations],
+    }  # fmt: skip
+    if sources.init_containers:
+        pod["initContainers"] = [dict(c) for c in sources.init_containers]
+    if node_selector:
+        pod["nodeSelector"] = node_selector
+    if extra.affinity:
+        pod["affinity"] = extra.affinity
+    if extra.priority_class_name:
+        pod["priorityClassName"] = extra.priority_class_name
+    if extra.service_account_name:
+        pod["serviceAccountName"] = extra.service_account_name
+    annotations = {
+        **extra.annotations,
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(spec.engine.port),
+        "prometheus.io/path": "/metrics",
+        CONFIG_HASH: config_hash,
+    }
+    return {
+        "metadata": {"labels": {**extra.labels, **owner.selector_labels()}, "annotations": annotations},
+        "spec": pod,
+    }
