@@ -6,7 +6,7 @@ time (on a subset; its rate is per token) and HF static batches of 16 with left 
 running until its longest member is done (only the tokens each request asked for count).
 Also: single-request decode tok/s and time to first token for a 128-token prompt.
 
-    .venv/bin/python bench/throughput.py [--requests 64] [--dtype bfloat16] [--skip-hf]
+    .venv/bin/python -P bench/throughput.py [--requests 64] [--dtype float32] [--skip-hf]
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def bench_hf_static(model, reqs, batch: int = 16) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=64)
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--hf-single-requests", type=int, default=6)
     ap.add_argument("--skip-hf", action="store_true")

@@ -8,7 +8,7 @@ query token to its sequence's cached context through the block table. The layout
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -29,6 +29,7 @@ class AttentionMetadata:
     query_lens_list: tuple[int, ...]
     max_seq_len: int
     block_size: int
+    plan: Any = None  # the backend's per-step work shared by all layers (`AttentionBackend.prepare`)
 
     @property
     def num_seqs(self) -> int:
@@ -41,6 +42,10 @@ class AttentionMetadata:
 
 class AttentionBackend(Protocol):
     """Writes k/v of the new tokens into the layer's cache, returns [num_tokens, num_heads, head_dim]."""
+
+    def prepare(self, meta: AttentionMetadata, key_cache: torch.Tensor) -> AttentionMetadata:
+        """Once per step, before the first layer: `meta` with the backend's plan attached."""
+        ...
 
     def forward(
         self,

@@ -9,6 +9,8 @@ kernels run in the interpreter, which is how the CPU tests exercise that path.
 
 from __future__ import annotations
 
+import dataclasses
+
 from llmop.engine.attention import AttentionMetadata
 from llmop.kernels.registry import get_attention_ops
 
@@ -17,10 +19,18 @@ class KernelAttentionBackend:
     def __init__(self, name: str) -> None:
         self.ops = get_attention_ops(name)
 
+    def _decode_only(self, meta: AttentionMetadata, num_tokens: int) -> bool:
+        return meta.is_pure_decode and num_tokens == meta.num_seqs
+
+    def prepare(self, meta: AttentionMetadata, key_cache) -> AttentionMetadata:
+        qsl = None if self._decode_only(meta, int(meta.slot_mapping.shape[0])) else meta.query_start_loc
+        return dataclasses.replace(meta, plan=self.ops.plan(key_cache, meta.block_tables, meta.seq_lens, qsl))
+
     def forward(self, query, key, value, kv_cache, meta: AttentionMetadata, scale: float):
         k_cache, v_cache = kv_cache
         self.ops.reshape_and_cache(key, value, k_cache, v_cache, meta.slot_mapping)
-        if meta.is_pure_decode and query.shape[0] == meta.num_seqs:
+        if self._decode_only(meta, query.shape[0]):
             return self.ops.decode(query, k_cache, v_cache, meta.block_tables, meta.seq_lens, scale,
-                                   max_seq_len=meta.max_seq_len)
-        return self.ops.prefill(query, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc, scale)
+                                   max_seq_len=meta.max_seq_len, plan=meta.plan)
+        return self.ops.prefill(query, k_cache, v_cache, meta.block_tables, meta.seq_lens, meta.query_start_loc,
+                                scale, plan=meta.plan)

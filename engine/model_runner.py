@@ -82,7 +82,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def logits(self, batch: BatchInputs) -> torch.Tensor:
-        hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, batch.meta, self.backend)
+        meta = self.backend.prepare(batch.meta, self.kv_caches[0][0])
+        hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, meta, self.backend)
         return self.model.compute_logits(hidden[batch.logits_indices])
 
     def execute(self, out: SchedulerOutput, blocks: BlockManager, rows: list[SampleRow]) -> SampleResult | None:

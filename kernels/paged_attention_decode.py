@@ -17,9 +17,9 @@ import functools
 import torch
 
 from ._paged_attention import (
-    LOG2E, attend_dense, attend_kv_range, check_attention_inputs, check_out, gather_context, load_rows,
-    softmax_scale, store_rows,
+    LOG2E, attend_kv_range, check_attention_inputs, check_out, load_rows, softmax_scale, store_rows,
 )
+from .decode_plan import plan_decode
 from ._triton import cdiv, check_launchable, dot_mode, jit, next_pow2, tl
 
 MAX_SPLITS = 16
@@ -110,7 +110,7 @@ def default_num_splits(num_seqs, num_kv_heads, device, max_seq_len=None, block_n
 
 def paged_attention_decode(
     query, key_cache, value_cache, block_tables, seq_lens, scale=None, out=None, *,
-    max_seq_len=None, num_splits=None, block_n=64,
+    max_seq_len=None, num_splits=None, block_n=64, plan=None,
 ):
     """Triton decode attention: `out[s] = softmax(q[s] K_s^T * scale) V_s` over the paged context.
 
@@ -119,7 +119,7 @@ def paged_attention_decode(
     new token; block_tables: int32 `[num_seqs, max_blocks_per_seq]`; seq_lens: int32 `[num_seqs]`,
     context length including the new token (>= 1).  scale defaults to 1/sqrt(head_dim).
     max_seq_len (optional host hint) and num_splits tune the split-KV; results do not depend on them
-    beyond rounding.  Returns `out` (allocated like the query when not given).
+    beyond rounding; `plan` is the torch path's and is ignored here.  Returns `out` (allocated like the query when not given).
     """
     num_kv_heads, gqa, head_dim, block_size = check_attention_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     num_seqs = query.shape[0]
@@ -155,16 +155,24 @@ def paged_attention_decode(
 
 def ref_paged_attention_decode(
     query, key_cache, value_cache, block_tables, seq_lens, scale=None, out=None, *,
-    max_seq_len=None, num_splits=None, block_n=64,
+    max_seq_len=None, num_splits=None, block_n=64, plan=None,
 ):
-    """Torch reference of `paged_attention_decode` (same arguments; the tuning ones are ignored
-    except max_seq_len, which spares a host sync).  Vectorised over the batch in float32."""
+    """Torch reference of `paged_attention_decode` (same arguments; the tuning ones are ignored).
+    `plan` (from `ref_plan_paged_attention_decode`, made once per step) spares every layer the
+    bucketing; without it the call makes its own."""
     check_attention_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     out = check_out(out, query)
     if query.shape[0] == 0:
         return out
-    max_len = int(seq_lens.max()) if max_seq_len is None else int(max_seq_len)
-    keys, values, valid = gather_context(key_cache, value_cache, block_tables, seq_lens, max_len)
-    res = attend_dense(query[:, None], keys, values, valid[:, None], softmax_scale(scale, query.shape[2]))
-    out.copy_(res[:, 0])
-    return out
+    plan = plan or plan_decode(key_cache, block_tables, seq_lens)
+    return plan.attend(query, key_cache, value_cache, softmax_scale(scale, query.shape[2]), out)
+
+
+def ref_plan_paged_attention_decode(key_cache, block_tables, seq_lens, query_start_loc=None):
+    """The torch path's per-step plan (see `decode_plan`), shared by every layer's decode/prefill."""
+    return plan_decode(key_cache, block_tables, seq_lens, query_start_loc)
+
+
+def plan_paged_attention_decode(key_cache, block_tables, seq_lens, query_start_loc=None):
+    """The Triton kernels read the block table themselves: nothing to plan (returns None)."""
+    return None

@@ -20,7 +20,7 @@ from ._paged_attention import (
     softmax_scale, store_rows,
 )
 from ._triton import check_launchable, dot_mode, jit, next_pow2, tl
-from .paged_attention_decode import ref_paged_attention_decode
+from .decode_plan import plan_decode
 
 
 @jit
@@ -87,7 +87,7 @@ def _check_query_start_loc(query_start_loc, num_seqs):
 
 def paged_attention_prefill(
     query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale=None, out=None, *,
-    block_m=64, block_n=64,
+    block_m=64, block_n=64, plan=None,
 ):
     """Triton causal varlen attention over the paged cache (prefill, chunked prefill, decode rows).
 
@@ -120,36 +120,29 @@ def paged_attention_prefill(
 
 def ref_paged_attention_prefill(
     query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale=None, out=None, *,
-    block_m=64, block_n=64,
+    block_m=64, block_n=64, plan=None,
 ):
     """Torch reference of `paged_attention_prefill` (same arguments; block sizes ignored).
 
-    Sequences with one query token are batched through the decode reference; longer ones are done
-    one sequence at a time, each vectorised over its tokens, heads and context (float32 math).
+    Sequences with one query token go through the decode plan (`plan`, from
+    `ref_plan_paged_attention_decode(..., query_start_loc)`, or made here); longer ones are done
+    one sequence at a time, each vectorised over its tokens, heads and context.
     """
     check_attention_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     num_seqs = block_tables.shape[0]
     _check_query_start_loc(query_start_loc, num_seqs)
     out = check_out(out, query)
     scale = softmax_scale(scale, query.shape[2])
+    plan = plan or plan_decode(key_cache, block_tables, seq_lens, query_start_loc)
+    plan.attend(query, key_cache, value_cache, scale, out)
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
-    q_lens = [b - a for a, b in zip(starts[:-1], starts[1:])]
-    single = [i for i, n in enumerate(q_lens) if n == 1]
-    if single:
-        idx = torch.tensor(single, device=query.device)
-        toks = query_start_loc[idx].long()
-        out[toks] = ref_paged_attention_decode(
-            query[toks], key_cache, value_cache, block_tables[idx], seq_lens[idx], scale,
-            max_seq_len=max(lens[i] for i in single),
-        )
-    for i, q_len in enumerate(q_lens):
+    for i, (a, b) in enumerate(zip(starts[:-1], starts[1:])):
+        q_len, seq_len = b - a, lens[i]
         if q_len <= 1:
             continue
-        seq_len = lens[i]
         keys, values, _ = gather_context(key_cache, value_cache, block_tables[i : i + 1], seq_lens[i : i + 1], seq_len)
         q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
         visible = torch.arange(seq_len, device=query.device)[None, :] <= q_pos[:, None]
-        q = query[starts[i] : starts[i + 1]][None]
-        out[starts[i] : starts[i + 1]] = attend_dense(q, keys, values, visible[None], scale)[0].to(out.dtype)
+        out[a:b] = attend_dense(query[a:b][None], keys, values, visible[None], scale)[0].to(out.dtype)
     return out

@@ -8,8 +8,10 @@ missing or broken Triton, so the "torch" path never needs a working Triton.
 Every op of a given kind has the same signature in both implementations (see the op modules):
 
 - `reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)`
-- `decode(query, key_cache, value_cache, block_tables, seq_lens, scale=None, out=None, *, max_seq_len=None)`
-- `prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale=None, out=None)`
+- `plan(key_cache, block_tables, seq_lens, query_start_loc=None)`: per-step work every layer shares
+  (the torch path's decode gather plan; None for Triton); pass it to decode/prefill as `plan=`
+- `decode(query, key_cache, value_cache, block_tables, seq_lens, scale=None, out=None, *, max_seq_len=None, plan=None)`
+- `prefill(query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale=None, out=None, *, plan=None)`
 - `shrink(x, lora_a, token_slot, out=None, *, groups=None)`
 - `expand(y, h, lora_b, scaling, token_slot, *, groups=None)`
 - `groups(token_slot, num_slots)` (pure torch; compute once per batch, pass to every call)
@@ -30,6 +32,7 @@ _ATTENTION = {
     "reshape_and_cache": ("reshape_and_cache", "reshape_and_cache", "ref_reshape_and_cache"),
     "decode": ("paged_attention_decode", "paged_attention_decode", "ref_paged_attention_decode"),
     "prefill": ("paged_attention_prefill", "paged_attention_prefill", "ref_paged_attention_prefill"),
+    "plan": ("paged_attention_decode", "plan_paged_attention_decode", "ref_plan_paged_attention_decode"),
 }
 _LORA = {
     "shrink": ("lora", "lora_shrink", "ref_lora_shrink"),
@@ -39,12 +42,14 @@ _LORA = {
 
 @dataclass(frozen=True)
 class AttentionOps:
-    """Paged-attention backend: write new k/v into the cache, then decode or prefill attention."""
+    """Paged-attention backend: plan once per step, write new k/v into the cache, then decode or
+    prefill attention."""
 
     name: str
     reshape_and_cache: Callable
     decode: Callable
     prefill: Callable
+    plan: Callable
 
 
 @dataclass(frozen=True)
