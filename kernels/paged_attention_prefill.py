@@ -142,7 +142,9 @@ def ref_paged_attention_prefill(
         if q_len <= 1:
             continue
         keys, values, _ = gather_context(key_cache, value_cache, block_tables[i : i + 1], seq_lens[i : i + 1], seq_len)
-        q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
-        visible = torch.arange(seq_len, device=query.device)[None, :] <= q_pos[:, None]
-        out[a:b] = attend_dense(query[a:b][None], keys, values, visible[None], scale)[0].to(out.dtype)
+        visible = None  # a whole prompt: causal
+        if q_len < seq_len:  # a later chunk also sees the earlier ones
+            q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
+            visible = (torch.arange(seq_len, device=query.device)[None, :] <= q_pos[:, None])[None]
+        out[a:b] = attend_dense(query[a:b][None], keys, values, visible, scale)[0].to(out.dtype)
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from llmop.engine.linear import linear
 from llmop.engine.lora.batch import LoraBatch
 from llmop.engine.lora.ops import LoraOps
 from llmop.engine.lora.peft_adapter import TARGET_MODULES, LoraAdapter, module_path
@@ -41,7 +42,7 @@ class LoraLinear(nn.Module):
                              persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = nn.functional.linear(x, self.weight, self.bias)
+        y = linear(x, self.weight, self.bias)
         batch = self.state.batch
         if batch is None:
             return y
