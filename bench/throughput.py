@@ -29,11 +29,11 @@ def workload(n: int, vocab: int, seed: int = 0) -> list[tuple[list[int], int]]:
     return out
 
 
-def bench_llmop(reqs, dtype: str, max_num_seqs: int) -> dict:
+def bench_llmop(reqs, dtype: str, max_num_seqs: int, max_num_batched_tokens: int = 1024) -> dict:
     from llmop.engine.llm import LLM
     from llmop.engine.sampling_params import SamplingParams
 
-    llm = LLM(None, dtype=dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=1024,
+    llm = LLM(None, dtype=dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
               kv_cache_memory_bytes=2 << 30)
     llm.generate([reqs[0][0][:32]], SamplingParams(max_tokens=4, temperature=0.0))  # warm-up
     occupancy = []
@@ -112,6 +112,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=1024)
     ap.add_argument("--hf-single-requests", type=int, default=6)
     ap.add_argument("--skip-hf", action="store_true")
     args = ap.parse_args()
@@ -119,7 +120,7 @@ def main() -> None:
     reqs = workload(args.requests, vocab=49152)
     result = {"workload": {"requests": len(reqs), "prompt_tokens": sum(len(p) for p, _ in reqs),
                            "gen_tokens": sum(o for _, o in reqs), "dtype": args.dtype}}
-    result["llmop"] = bench_llmop(reqs, args.dtype, args.max_num_seqs)
+    result["llmop"] = bench_llmop(reqs, args.dtype, args.max_num_seqs, args.max_num_batched_tokens)
     print(json.dumps(result, indent=1), flush=True)
     if not args.skip_hf:
         model = load_hf(args.dtype)
