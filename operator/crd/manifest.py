@@ -39,7 +39,7 @@ def build_crd() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string", "description": "API version of this object."},
             "kind": {"type": "string", "description": "Kind of this object."},
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            "metadata": {"type": "object"},  # the API server allows nothing more here
             "spec": spec,
             "status": status,
         },

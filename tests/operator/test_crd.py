@@ -18,8 +18,9 @@ def test_committed_yaml_is_not_stale():
 
 
 def test_every_field_has_a_description():
+    # metadata is the API server's own: it refuses anything but `type: object` there (v1.36).
     missing = [p for p, node in walk(SCHEMA) if "description" not in node and not p.endswith("[]")]
-    assert missing == []
+    assert missing == [".metadata"], missing
 
 
 def test_structural_no_forbidden_keywords():
