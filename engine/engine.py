@@ -140,14 +140,27 @@ class LLMEngine:
     def expire_waiting(self, arrived_before: float) -> list[RequestOutput]:
         """End every request still waiting for its first schedule that arrived before the cutoff
         (finish_reason "abort", error "queue_timeout")."""
-        late = [t for t in self._tracked.values()
-                if t.request.times.first_scheduled is None and t.request.times.arrival < arrived_before]
+        return self._end_waiting(lambda r: r.times.arrival < arrived_before, "queue_timeout",
+                                 lambda r: "the request waited past the queue deadline")
+
+    def _end_waiting(self, which, error: str, message) -> list[RequestOutput]:
+        """End the never-scheduled requests `which(request)` selects, with `error` and a message."""
+        ended = [t for t in self._tracked.values() if t.request.times.first_scheduled is None and which(t.request)]
         outs = []
-        for t in late:
+        for t in ended:
             del self._tracked[t.request.request_id]
             self.scheduler.finish(t.request, "abort")
-            outs.append(dataclasses.replace(self._output(t, (), "", ()), error="queue_timeout"))
+            outs.append(dataclasses.replace(self._output(t, (), "", ()), error=error,
+                                            error_message=message(t.request)))
         return outs
+
+    def _fail_unservable(self) -> list[RequestOutput]:
+        """Waiting requests whose adapter became unservable (its reload from disk failed while they
+        waited) end now, with the adapter's error, instead of waiting out the queue deadline."""
+        if not self.lora.enabled:
+            return []
+        return self._end_waiting(lambda r: r.adapter is not None and not self.lora.servable(r.adapter),
+                                 "adapter_unavailable", lambda r: self.lora.unavailable_reason(r.adapter))
 
     def has_unfinished(self) -> bool:
         return bool(self._tracked)
@@ -161,17 +174,18 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         out = self.scheduler.schedule()
+        failed = self._fail_unservable()
         if out.is_empty:
-            return []
+            return failed
         self.lora.begin_step(out)
         completing = [c for c in out.chunks if c.completes]
         rows = [self._sample_row(self._tracked[c.request.request_id]) for c in completing]
         result = self.runner.execute(out, self.blocks, rows)
         self.scheduler.commit(out)
         if result is None:
-            return []
+            return failed
         now = time.monotonic()
-        outputs = []
+        outputs = failed
         for c, token, lp in zip(completing, result.token_ids, result.logprobs):
             outputs.append(self._postprocess(self._tracked[c.request.request_id], token, lp, now))
         return outputs

@@ -31,7 +31,8 @@ class RequestOutput:
     first_token_time: float | None = None
     finish_time: float | None = None
     token_time: float | None = None  # when the newest token was sampled (None if no new token)
-    error: str | None = None
+    error: str | None = None  # why a request ended without running: "queue_timeout", "adapter_unavailable"
+    error_message: str | None = None
 
 
 @dataclass(frozen=True)

@@ -129,14 +129,18 @@ class LoraManager:
         """Requests may select `name` (it is registered and not failed)."""
         return self.enabled and self.registry.state_of(name) not in (None, AdapterState.FAILED)
 
+    def unavailable_reason(self, name: str) -> str:
+        """Why requests cannot select `name` (for errors)."""
+        state = self.registry.info(name) if self.enabled and name in self.registry else None
+        why = f": {state.error}" if state is not None and state.error else ""
+        return f"adapter {name!r} is not available{why}"
+
     def check_request(self, adapter: str | None) -> None:
         """Raise ValueError for a request naming an adapter that cannot serve it."""
         if adapter is None:
             return
         if not self.servable(adapter):
-            state = self.registry.info(adapter) if self.enabled and adapter in self.registry else None
-            why = f": {state.error}" if state is not None and state.error else ""
-            raise ValueError(f"adapter {adapter!r} is not available{why}")
+            raise ValueError(self.unavailable_reason(adapter))
         self.counters.setdefault(adapter, AdapterCounters()).requests += 1
 
     # --- scheduling -------------------------------------------------------------------------------

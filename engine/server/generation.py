@@ -42,6 +42,9 @@ def _as_api_error(item) -> APIError:
     if isinstance(item, RequestOutput) and item.error == "queue_timeout":
         return APIError(503, "the request waited past the queue deadline without being scheduled",
                         reason="queue_timeout", code="queue_timeout", headers={"Retry-After": "1"})
+    if isinstance(item, RequestOutput) and item.error == "adapter_unavailable":
+        return APIError(503, item.error_message or "the adapter could not be loaded",
+                        reason="adapter_unavailable", code="adapter_unavailable")
     return APIError(500, f"generation failed: {item}", reason="invalid_request", type="server_error")
 
 

@@ -31,7 +31,8 @@ _TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 2
 
 FINISH_REASONS = ("stop", "length", "abort")
 REJECT_REASONS = ("invalid_request", "invalid_json", "unsupported", "context_length", "prompt_too_long",
-                  "body_too_large", "unknown_model", "queue_full", "queue_timeout", "draining")
+                  "body_too_large", "unknown_model", "queue_full", "queue_timeout", "adapter_unavailable",
+                  "draining")
 
 
 class _EngineGauges(Collector):
@@ -132,7 +133,7 @@ class RequestTracker:
 
     def observe(self, out: RequestOutput) -> None:
         m, model = self.m, self.model
-        if out.error is not None:  # rejected after queueing (queue timeout): counted as a rejection
+        if out.error is not None:  # rejected after queueing (queue timeout, adapter): counted as a rejection
             self._done = True
             return
         if out.new_token_ids:
