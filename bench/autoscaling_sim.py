@@ -14,11 +14,14 @@ replicas take `--startup` seconds before they are Ready. Four ways to set the re
 - `static N`: N replicas all the time; the best static count is the smallest N that keeps >= 95% of
   the surge's requests under the target.
 
-ASSUMED until the serving benchmark measures it: the per-replica service rate (4 req/s at 32
-concurrent sequences, i.e. 8 s per request) and the engine's CPU model. Results scale with load
-expressed in replicas' worth, so the comparison holds for other rates with the same ratios.
+The per-replica service rate and slot count are the engine's, measured by the serving benchmark
+(`bench/serving.py` writes `service_rate` into bench/results/serving.json: the requests/s one
+`llmop serve` completes during its saturation burst); the load is given in replicas' worth of that
+rate (`--base-load`), so the trace keeps its shape whatever the machine. The engine's CPU model
+(what the CPU policy sees) is an assumption, stated in `Replica.cpu`.
 
-Run: .venv/bin/python bench/autoscaling_sim.py [--plot docs/autoscaling_sim.png]
+Run: .venv/bin/python -P bench/serving.py --rates "" --burst 32 --skip-offline   # measures the rate
+     .venv/bin/python -P bench/autoscaling_sim.py [--plot docs/autoscaling_sim.png]
 """
 
 from __future__ import annotations
@@ -26,16 +29,19 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
+import json
 import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from llmop.operator.autoscaling.decision import History, Policy, decide
 from llmop.operator.autoscaling.metrics import EngineSnapshot, SnapshotRing, sample_between
 from llmop.operator.autoscaling.spec import AutoscalingSpec
 
-ASSUMED_SERVICE_RATE = 4.0  # req/s per replica at a full batch: PLACEHOLDER until measured
+SERVING_RESULTS = Path(__file__).parent / "results" / "serving.json"
+UNIT_SERVICE_RATE = 4.0  # the Scenario default, for unit tests of the simulator; the benchmark uses the measured rate
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class Scenario:
     surge_s: float = 600.0
     after_s: float = 900.0
     ramp_s: float = 0.0  # seconds to go from base to surge (0: a step)
-    service_rate: float = ASSUMED_SERVICE_RATE
+    service_rate: float = UNIT_SERVICE_RATE
     slots: int = 32
     startup_s: float = 30.0
     prefill_s: float = 0.1  # added to queue wait to make TTFT
@@ -339,7 +345,7 @@ def plot(sc: Scenario, outcomes: list[Outcome], path: str) -> None:
     ts = [sc.warmup_s + i * 5.0 for i in range(int((sc.duration - sc.warmup_s) / 5))]
     ax_load.plot(ts, [sc.rate(t) for t in ts], color="black")
     ax_load.set_ylabel("arrivals (req/s)")
-    ax_load.set_title(f"Load surge x{sc.surge:g}; {sc.service_rate:g} req/s per replica (assumed), "
+    ax_load.set_title(f"Load surge x{sc.surge:g}; {sc.service_rate:.2f} req/s per replica (measured), "
                       f"{sc.startup_s:g}s start-up")
     for o in outcomes:
         xs = [t for t, _, _ in o.replicas]
@@ -364,10 +370,13 @@ def plot(sc: Scenario, outcomes: list[Outcome], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--service-rate", type=float, default=ASSUMED_SERVICE_RATE,
-                    help="req/s per replica at a full batch (ASSUMED placeholder by default)")
-    ap.add_argument("--slots", type=int, default=32, help="concurrent sequences per replica")
-    ap.add_argument("--base-rate", type=float, default=10.0)
+    ap.add_argument("--serving-json", default=str(SERVING_RESULTS),
+                    help="the serving benchmark's figures, for the measured service rate and slots")
+    ap.add_argument("--service-rate", type=float, default=None,
+                    help="req/s per replica at a full batch (overrides the measured one)")
+    ap.add_argument("--slots", type=int, default=None, help="concurrent sequences per replica")
+    ap.add_argument("--base-load", type=float, default=2.5,
+                    help="load before and after the surge, in replicas' worth of the service rate")
     ap.add_argument("--surge", type=float, default=4.0)
     ap.add_argument("--ramp", type=float, default=120.0, help="seconds from base to surge load")
     ap.add_argument("--startup", type=float, default=30.0, help="seconds for a new replica to be Ready")
@@ -376,9 +385,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", default=None, help="write the PNG here (first seed)")
     args = ap.parse_args(argv)
     seeds = [int(x) for x in args.seeds.split(",")]
-    sc = Scenario(base_rate=args.base_rate, surge=args.surge, ramp_s=args.ramp,
-                  service_rate=args.service_rate, slots=args.slots, startup_s=args.startup,
-                  seed=seeds[0])
+    measured = {}
+    if Path(args.serving_json).exists():
+        measured = json.loads(Path(args.serving_json).read_text()).get("service_rate") or {}
+    rate = args.service_rate or measured.get("req_s")
+    if rate is None:
+        ap.error(f"no measured service rate in {args.serving_json}: run bench/serving.py first "
+                 "(see the docstring) or pass --service-rate")
+    slots = args.slots or measured.get("slots") or 16
+    print(f"service rate {rate:.3f} req/s per replica with {slots} slots "
+          f"({'given' if args.service_rate else 'measured: ' + str(measured.get('measured_by'))})")
+    sc = Scenario(base_rate=args.base_load * rate, surge=args.surge, ramp_s=args.ramp,
+                  service_rate=rate, slots=slots, startup_s=args.startup, seed=seeds[0])
     print(f"scenario: {sc}")
     runs = {p: [simulate(with_seed(sc, s), p, interval=args.interval) for s in seeds]
             for p in ("cpu", "concurrency", "queue-wait")}

@@ -94,6 +94,7 @@ def summarize(results: list[Result], queue: tuple[float, float] | None, slo_ttft
         "itl_p50": pct(itls, 0.5), "itl_p99": pct(itls, 0.99),
         "queue_p50": q[0], "queue_p99": q[1],
         "throughput_tok_s": sum(r.tokens for r in done) / span,
+        "throughput_req_s": len(done) / span,
         "goodput_req_s": len(good) / span, "good_share": len(good) / len(results),
     }
 
@@ -236,7 +237,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads on both sides (OMP_NUM_THREADS); 0: torch's default")
     ap.add_argument("--skip-offline", action="store_true")
-    ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--json", default="bench/results/serving.json",
+                    help="write the figures here too (bench/autoscaling_sim.py reads service_rate from it)")
     args = ap.parse_args()
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before torch loads, here and in the server
@@ -288,7 +290,14 @@ def main() -> int:
         h, o = figures.get(f"http@{rate}"), figures.get(f"offline@{rate}")
         if h and o and h.get("completed") and o.get("completed"):
             print(f"|  | HTTP overhead | | | | | {1 - h['throughput_tok_s'] / o['throughput_tok_s']:+.1%} | | |")
+    burst = figures.get(f"http@{math.inf}")
+    if burst and burst.get("completed"):
+        # What one replica serves when saturated: the autoscaling simulation's service rate.
+        figures["service_rate"] = {"req_s": burst["throughput_req_s"], "slots": args.max_num_seqs,
+                                   "measured_by": f"http burst of {args.burst}", "threads": args.threads}
+        print(f"\nservice rate at saturation: {burst['throughput_req_s']:.2f} req/s with {args.max_num_seqs} slots")
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0
 
