@@ -140,10 +140,9 @@ class LLMEngine:
     def expire_waiting(self, arrived_before: float) -> list[RequestOutput]:
         """End every request still waiting for its first schedule that arrived before the cutoff
         (finish_reason "abort", error "queue_timeout")."""
-        return self._end_waiting(lambda r: r.times.arrival < arrived_before, "queue_timeout",
-                                 lambda r: "the request waited past the queue deadline")
+        return self._end_waiting(lambda r: r.times.arrival < arrived_before, "queue_timeout")
 
-    def _end_waiting(self, which, error: str, message) -> list[RequestOutput]:
+    def _end_waiting(self, which, error: str, message=lambda request: None) -> list[RequestOutput]:
         """End the never-scheduled requests `which(request)` selects, with `error` and a message."""
         ended = [t for t in self._tracked.values() if t.request.times.first_scheduled is None and which(t.request)]
         outs = []
@@ -155,12 +154,13 @@ class LLMEngine:
         return outs
 
     def _fail_unservable(self) -> list[RequestOutput]:
-        """Waiting requests whose adapter became unservable (its reload from disk failed while they
-        waited) end now, with the adapter's error, instead of waiting out the queue deadline."""
-        if not self.lora.enabled:
+        """Waiting requests of an adapter that failed since the last step (its reload from disk, or
+        its load through the admin API) end now with the adapter's error, not at the queue deadline."""
+        failed = self.lora.take_failed()
+        if not failed:
             return []
-        return self._end_waiting(lambda r: r.adapter is not None and not self.lora.servable(r.adapter),
-                                 "adapter_unavailable", lambda r: self.lora.unavailable_reason(r.adapter))
+        return self._end_waiting(lambda r: r.adapter in failed, "adapter_unavailable",
+                                 lambda r: self.lora.unavailable_reason(r.adapter))
 
     def has_unfinished(self) -> bool:
         return bool(self._tracked)

@@ -136,14 +136,12 @@ def gather_context(key_cache, value_cache, block_tables, seq_lens, max_len):
 def attend_dense(q, k, v, visible, scale):
     """Softmax attention with GQA through `scaled_dot_product_attention` (the engine's CPU path).
 
-    q: [S, Q, H, D]; k, v: [S, L, Hkv, D]; visible: bool [S, Q, L], or None for plain causal
-    attention with Q == L (a whole prompt: SDPA then skips the masked half). Returns float32
-    [S, Q, H, D]; rows that see nothing come out as 0. Math runs in the inputs' dtype with SDPA's
-    float32 softmax accumulation, which is what makes this reference fast enough to serve on a CPU.
+    q: [S, Q, H, D]; k, v: [S, L, Hkv, D]; visible: bool [S, Q, L]. Returns float32 [S, Q, H, D];
+    rows that see nothing come out as 0. Math runs in the inputs' dtype with SDPA's float32
+    softmax accumulation, which is what makes this reference fast enough to serve on a CPU.
     """
     out = torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype),
-        attn_mask=None if visible is None else visible[:, None], is_causal=visible is None,
-        scale=scale, enable_gqa=True,
+        attn_mask=visible[:, None], scale=scale, enable_gqa=True,
     )
     return out.transpose(1, 2).float().nan_to_num(0.0)

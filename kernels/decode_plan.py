@@ -41,7 +41,6 @@ def length_buckets(lengths: list[int], growth: float = GROWTH) -> list[list[int]
 class DecodeBucket:
     """Decode rows of similar length and the workspaces their contexts are gathered into."""
 
-    seqs: torch.Tensor  # [n] int64: sequence indices in the batch
     tokens: torch.Tensor  # [n] int64: their query rows
     blocks: torch.Tensor  # [n * nb] int64: block ids, row-major (padding: block 0, zeroed later)
     invalid: torch.Tensor  # [m] int64: flat positions in [n * nb * block_size] past each row's length
@@ -89,6 +88,11 @@ class DecodePlan:
         return out
 
 
+def no_plan(key_cache, block_tables, seq_lens, query_start_loc=None) -> None:
+    """The Triton kernels read the block table themselves: nothing to plan."""
+    return None
+
+
 def plan_decode(key_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: torch.Tensor,
                 query_start_loc: torch.Tensor | None = None) -> DecodePlan:
     """The plan for the sequences with exactly one query token (all of them without
@@ -117,7 +121,6 @@ def plan_decode(key_cache: torch.Tensor, block_tables: torch.Tensor, seq_lens: t
         blocks[:, :cols] = tables[seqs, :cols]
         blocks = torch.where(visible.view(n, nb, block_size)[:, :, 0], blocks, 0)
         buckets.append(DecodeBucket(
-            seqs=seqs,
             tokens=torch.tensor([tokens[i] for i in group], device=device),
             blocks=blocks.reshape(-1),
             invalid=(~visible).reshape(-1).nonzero().reshape(-1),

@@ -196,11 +196,15 @@ def lora_expand(y, h, lora_b, scaling, token_slot, *, groups=None):
     return y
 
 
-def _slot_rows(token_slot, num_slots, groups):
-    """(slot, token indices) for every slot that has tokens (host loop over adapters, not tokens)."""
+def _host_groups(token_slot, num_slots, groups):
+    """The groups and their bounds on the host (one read per call, shared by the paths below)."""
     groups = _groups(token_slot, num_slots, groups)
-    bounds = groups.bounds.tolist()
-    for slot in range(num_slots):
+    return groups, groups.bounds.tolist()
+
+
+def _slot_rows(groups, bounds):
+    """(slot, token indices) for every slot that has tokens (host loop over adapters, not tokens)."""
+    for slot in range(len(bounds) - 1):
         if bounds[slot + 1] > bounds[slot]:
             yield slot, groups.order[bounds[slot] : bounds[slot + 1]].long()
 
@@ -211,14 +215,12 @@ def _slot_rows(token_slot, num_slots, groups):
 DENSE_MAX_TOKENS = 64
 
 
-def _dense_rows(token_slot, num_slots, groups):
+def _dense_rows(token_slot, groups, bounds):
     """(rows with an adapter, their slots) when the batch is small and spans > 2 adapters, else None."""
-    groups = _groups(token_slot, num_slots, groups)
-    bounds = groups.bounds.tolist()
-    used = sum(bounds[s + 1] > bounds[s] for s in range(num_slots))
-    if used <= 2 or bounds[num_slots] - bounds[0] > DENSE_MAX_TOKENS:
+    used = sum(hi > lo for lo, hi in zip(bounds[:-1], bounds[1:]))
+    if used <= 2 or bounds[-1] - bounds[0] > DENSE_MAX_TOKENS:
         return None
-    rows = groups.order[bounds[0] : bounds[num_slots]].long()
+    rows = groups.order[bounds[0] : bounds[-1]].long()
     return rows, token_slot[rows].long()
 
 
@@ -226,13 +228,14 @@ def ref_lora_shrink(x, lora_a, token_slot, out=None, *, groups=None):
     """Torch reference of `lora_shrink`, float32 math: one matmul per adapter in use, or for a small
     batch one matmul against every slot, each token keeping its own slot's rows."""
     out = check_shrink_inputs(x, lora_a, token_slot, out)
-    dense = _dense_rows(token_slot, lora_a.shape[0], groups)
+    groups, bounds = _host_groups(token_slot, lora_a.shape[0], groups)
+    dense = _dense_rows(token_slot, groups, bounds)
     if dense is not None:
         rows, slots = dense
         every = torch.matmul(x[rows].float(), lora_a.float().transpose(1, 2))  # [slots, n, rank]
         out[rows] = every[slots, torch.arange(rows.numel(), device=rows.device)].to(out.dtype)
         return out
-    for slot, rows in _slot_rows(token_slot, lora_a.shape[0], groups):
+    for slot, rows in _slot_rows(groups, bounds):
         out[rows] = (x[rows].float() @ lora_a[slot].float().T).to(out.dtype)
     return out
 
@@ -241,7 +244,8 @@ def ref_lora_expand(y, h, lora_b, scaling, token_slot, *, groups=None):
     """Torch reference of `lora_expand` (in place), float32 math: one matmul per adapter in use, or
     for a small batch one batched matmul over every slot (see `ref_lora_shrink`)."""
     check_expand_inputs(y, h, lora_b, scaling, token_slot)
-    dense = _dense_rows(token_slot, lora_b.shape[0], groups)
+    groups, bounds = _host_groups(token_slot, lora_b.shape[0], groups)
+    dense = _dense_rows(token_slot, groups, bounds)
     if dense is not None:  # each token's h in its slot's block, zeros elsewhere; one batched matmul
         rows, slots = dense
         n, rank = rows.numel(), lora_b.shape[2]
@@ -251,7 +255,7 @@ def ref_lora_expand(y, h, lora_b, scaling, token_slot, *, groups=None):
         delta = torch.bmm(blocks, lora_b.float().transpose(1, 2)).sum(0)
         y[rows] = (y[rows].float() + delta).to(y.dtype)
         return y
-    for slot, rows in _slot_rows(token_slot, lora_b.shape[0], groups):
+    for slot, rows in _slot_rows(groups, bounds):
         delta = scaling[slot] * (h[rows].to(lora_b.dtype).float() @ lora_b[slot].float().T)
         y[rows] = (y[rows].float() + delta).to(y.dtype)
     return y

@@ -119,7 +119,8 @@ def paged_attention_decode(
     new token; block_tables: int32 `[num_seqs, max_blocks_per_seq]`; seq_lens: int32 `[num_seqs]`,
     context length including the new token (>= 1).  scale defaults to 1/sqrt(head_dim).
     max_seq_len (optional host hint) and num_splits tune the split-KV; results do not depend on them
-    beyond rounding; `plan` is the torch path's and is ignored here.  Returns `out` (allocated like the query when not given).
+    beyond rounding; `plan` is the torch path's and is ignored here.  Returns `out` (allocated like
+    the query when not given).
     """
     num_kv_heads, gqa, head_dim, block_size = check_attention_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     num_seqs = query.shape[0]
@@ -158,21 +159,12 @@ def ref_paged_attention_decode(
     max_seq_len=None, num_splits=None, block_n=64, plan=None,
 ):
     """Torch reference of `paged_attention_decode` (same arguments; the tuning ones are ignored).
-    `plan` (from `ref_plan_paged_attention_decode`, made once per step) spares every layer the
-    bucketing; without it the call makes its own."""
+    `plan` (from `decode_plan.plan_decode`, made once per step) spares every layer the bucketing;
+    without it the call makes its own."""
     check_attention_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     out = check_out(out, query)
     if query.shape[0] == 0:
         return out
-    plan = plan or plan_decode(key_cache, block_tables, seq_lens)
+    if plan is None:
+        plan = plan_decode(key_cache, block_tables, seq_lens)
     return plan.attend(query, key_cache, value_cache, softmax_scale(scale, query.shape[2]), out)
-
-
-def ref_plan_paged_attention_decode(key_cache, block_tables, seq_lens, query_start_loc=None):
-    """The torch path's per-step plan (see `decode_plan`), shared by every layer's decode/prefill."""
-    return plan_decode(key_cache, block_tables, seq_lens, query_start_loc)
-
-
-def plan_paged_attention_decode(key_cache, block_tables, seq_lens, query_start_loc=None):
-    """The Triton kernels read the block table themselves: nothing to plan (returns None)."""
-    return None

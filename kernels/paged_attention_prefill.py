@@ -125,7 +125,7 @@ def ref_paged_attention_prefill(
     """Torch reference of `paged_attention_prefill` (same arguments; block sizes ignored).
 
     Sequences with one query token go through the decode plan (`plan`, from
-    `ref_plan_paged_attention_decode(..., query_start_loc)`, or made here); longer ones are done
+    `decode_plan.plan_decode(..., query_start_loc)`, or made here); longer ones are done
     one sequence at a time, each vectorised over its tokens, heads and context.
     """
     check_attention_inputs(query, key_cache, value_cache, block_tables, seq_lens)
@@ -133,7 +133,8 @@ def ref_paged_attention_prefill(
     _check_query_start_loc(query_start_loc, num_seqs)
     out = check_out(out, query)
     scale = softmax_scale(scale, query.shape[2])
-    plan = plan or plan_decode(key_cache, block_tables, seq_lens, query_start_loc)
+    if plan is None:
+        plan = plan_decode(key_cache, block_tables, seq_lens, query_start_loc)
     plan.attend(query, key_cache, value_cache, scale, out)
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
@@ -142,9 +143,7 @@ def ref_paged_attention_prefill(
         if q_len <= 1:
             continue
         keys, values, _ = gather_context(key_cache, value_cache, block_tables[i : i + 1], seq_lens[i : i + 1], seq_len)
-        visible = None  # a whole prompt: causal
-        if q_len < seq_len:  # a later chunk also sees the earlier ones
-            q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
-            visible = (torch.arange(seq_len, device=query.device)[None, :] <= q_pos[:, None])[None]
-        out[a:b] = attend_dense(query[a:b][None], keys, values, visible, scale)[0].to(out.dtype)
+        q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
+        visible = torch.arange(seq_len, device=query.device)[None, :] <= q_pos[:, None]
+        out[a:b] = attend_dense(query[a:b][None], keys, values, visible[None], scale)[0].to(out.dtype)
     return out

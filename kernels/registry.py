@@ -32,7 +32,7 @@ _ATTENTION = {
     "reshape_and_cache": ("reshape_and_cache", "reshape_and_cache", "ref_reshape_and_cache"),
     "decode": ("paged_attention_decode", "paged_attention_decode", "ref_paged_attention_decode"),
     "prefill": ("paged_attention_prefill", "paged_attention_prefill", "ref_paged_attention_prefill"),
-    "plan": ("paged_attention_decode", "plan_paged_attention_decode", "ref_plan_paged_attention_decode"),
+    "plan": ("decode_plan", "no_plan", "plan_decode"),
 }
 _LORA = {
     "shrink": ("lora", "lora_shrink", "ref_lora_shrink"),

@@ -73,10 +73,8 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
 def ref_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     """Torch reference of `reshape_and_cache` (same arguments, same effect)."""
     check_cache_inputs(key, value, key_cache, value_cache, slot_mapping)
-    slots = slot_mapping.long()
-    if slots.numel() and int(slots.min()) < 0:  # padding tokens (slot -1) write nothing
-        keep = slots >= 0
-        slots, key, value = slots[keep], key[keep], value[keep]
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].long()
     num_heads, head_dim = key.shape[1:]
-    key_cache.view(-1, num_heads, head_dim).index_copy_(0, slots, key.to(key_cache.dtype))
-    value_cache.view(-1, num_heads, head_dim).index_copy_(0, slots, value.to(value_cache.dtype))
+    key_cache.view(-1, num_heads, head_dim)[slots] = key[keep].to(key_cache.dtype)
+    value_cache.view(-1, num_heads, head_dim)[slots] = value[keep].to(value_cache.dtype)

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llmop.operator.api.llmdeployment import GROUP, KIND, PLURAL, VERSION
 from llmop.operator.build.desired import SpecError
+from llmop.operator.build.meta import MANAGED_BY
 from llmop.operator.build.settings import Settings
 from llmop.operator.kube.client import Kube, make_api_client
 from llmop.operator.reconcile.reconciler import Reconciler
@@ -29,7 +30,6 @@ HANDLER_MODULES = ["llmop.operator.autoscaling.timer"]
 RESYNC_SECONDS = 300.0
 OWNED = [("", "v1", "configmaps"), ("", "v1", "services"), ("apps", "v1", "deployments"),
          ("policy", "v1", "poddisruptionbudgets")]  # fmt: skip
-MANAGED = {"app.kubernetes.io/managed-by": "llmop"}
 
 _state: dict[str, Reconciler] = {}
 
@@ -120,4 +120,4 @@ def _owned_changed(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa
 
 
 for _group, _version, _plural in OWNED:
-    kopf.on.event(_group, _version, _plural, labels=MANAGED)(_owned_changed)
+    kopf.on.event(_group, _version, _plural, labels=MANAGED_BY)(_owned_changed)

@@ -129,6 +129,10 @@ class LoraManager:
         """Requests may select `name` (it is registered and not failed)."""
         return self.enabled and self.registry.state_of(name) not in (None, AdapterState.FAILED)
 
+    def take_failed(self) -> set[str]:
+        """Adapters that failed since the last call (their waiting requests cannot run)."""
+        return self.registry.take_failed() if self.enabled else set()
+
     def unavailable_reason(self, name: str) -> str:
         """Why requests cannot select `name` (for errors)."""
         state = self.registry.info(name) if self.enabled and name in self.registry else None

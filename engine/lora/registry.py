@@ -69,6 +69,7 @@ class AdapterRegistry:
         self._clock = itertools.count(1)
         self.num_slot_loads = 0
         self.num_disk_loads = 0
+        self._failed_since: set[str] = set()  # failures not yet taken by `take_failed`
 
     # --- registration -----------------------------------------------------------------------------
 
@@ -93,6 +94,12 @@ class AdapterRegistry:
         e = self._get(name)
         self._drop_slot(e)
         e.host, e.state, e.error = None, AdapterState.FAILED, error
+        self._failed_since.add(name)
+
+    def take_failed(self) -> set[str]:
+        """Adapters that failed (a read at registration or a reload from disk) since the last call."""
+        failed, self._failed_since = self._failed_since, set()
+        return failed
 
     def add(self, name: str, source: str, pinned: bool = False, in_use: Collection[str] = ()) -> AdapterInfo:
         """Register and read now (start-up, offline use); raises what `load` raised."""

@@ -34,17 +34,21 @@ class ClientDisconnected(Exception):
     pass
 
 
+# Requests the engine ended before running them (`RequestOutput.error`): 503, message, headers.
+ENGINE_ERRORS = {
+    "queue_timeout": ("the request waited past the queue deadline without being scheduled", {"Retry-After": "1"}),
+    "adapter_unavailable": ("the adapter could not be loaded", None),
+}
+
+
 def _as_api_error(item) -> APIError:
     if isinstance(item, APIError):
         return item
     if isinstance(item, ValueError):
         return APIError(400, str(item), reason="invalid_request")
-    if isinstance(item, RequestOutput) and item.error == "queue_timeout":
-        return APIError(503, "the request waited past the queue deadline without being scheduled",
-                        reason="queue_timeout", code="queue_timeout", headers={"Retry-After": "1"})
-    if isinstance(item, RequestOutput) and item.error == "adapter_unavailable":
-        return APIError(503, item.error_message or "the adapter could not be loaded",
-                        reason="adapter_unavailable", code="adapter_unavailable")
+    if isinstance(item, RequestOutput) and item.error in ENGINE_ERRORS:
+        default, headers = ENGINE_ERRORS[item.error]
+        return APIError(503, item.error_message or default, reason=item.error, code=item.error, headers=headers)
     return APIError(500, f"generation failed: {item}", reason="invalid_request", type="server_error")
 
 

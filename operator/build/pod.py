@@ -20,10 +20,7 @@ GRACE_MARGIN_SECONDS = 10
 ENGINE_UID = 1000  # Dockerfile.engine's user
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 CONFIG_HASH = "llmop.dev/config-hash"
-
-
-def config_volume_name() -> str:
-    return "engine-config"
+CONFIG_VOLUME = "engine-config"
 
 
 def _resources(spec: LLMDeploymentSpec, gpus: int) -> dict[str, Any]:
@@ -51,7 +48,7 @@ def _engine_container(spec: LLMDeploymentSpec, settings: Settings, sources: Sour
         "readinessProbe": http("/ready", 5, 2),
         "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRESTOP_SECONDS)]}}},
         "volumeMounts": [
-            {"name": config_volume_name(), "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},  # NCCL between tensor-parallel ranks
             *sources.mounts(),
         ],
@@ -75,7 +72,7 @@ def engine_pod_template(
         "terminationGracePeriodSeconds": PRESTOP_SECONDS + spec.engine.drain_timeout_seconds + GRACE_MARGIN_SECONDS,
         "containers": [_engine_container(spec, settings, sources, gpus)],
         "volumes": [
-            {"name": config_volume_name(), "configMap": {"name": config_map}},
+            {"name": CONFIG_VOLUME, "configMap": {"name": config_map}},
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
             *sources.volumes(),
         ],

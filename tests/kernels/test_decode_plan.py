@@ -1,5 +1,6 @@
 """The torch decode plan: buckets bound the padding, and one plan serves every layer of a step."""
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -47,9 +48,5 @@ def test_a_plan_for_another_cache_is_refused(paged_case):
     c = paged_case([20, 5], [1, 1], 2, 1, 64, 16, torch.float32, "cpu", seed=4)
     plan = plan_decode(c.key_cache, c.block_tables, c.seq_lens)
     other = c.key_cache.to(torch.bfloat16)
-    try:
+    with pytest.raises(ValueError, match="another shape or dtype"):
         ref_paged_attention_decode(c.query.to(torch.bfloat16), other, other, c.block_tables, c.seq_lens, plan=plan)
-    except ValueError as err:
-        assert "another shape or dtype" in str(err)
-    else:
-        raise AssertionError("a plan for a float32 cache was used on a bfloat16 one")
