@@ -2,7 +2,8 @@
 
 On the CPU the kernels run in Triton's interpreter (slow), so the case is small: two prompts in one
 batch with a 16-token budget, so a prompt is prefilled in chunks that read earlier chunks from the
-paged cache, then both decode together through the split-KV kernel.
+paged cache, then both decode together through the decode kernel (one KV split at this size: the
+split-KV merge is covered by tests/kernels/test_paged_attention.py).
 """
 
 import os

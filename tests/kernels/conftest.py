@@ -15,8 +15,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 # Tolerances per dtype (atol, rtol) for attention outputs of magnitude ~1: a few units in the last
-# place of the output dtype.  The kernel rounds probabilities to the cache dtype before P @ V (as
-# FlashAttention does) while the reference keeps float32, so 16-bit types get ~2-4 ulps.
+# place of the output dtype.  The kernel accumulates in float32 but rounds probabilities to the
+# cache dtype before P @ V (as FlashAttention does); the reference runs SDPA in the input dtype, so
+# 16-bit types differ by ~2-4 ulps.
 ATTN_TOL = {torch.float32: (2e-5, 1e-5), torch.float16: (3e-3, 3e-3), torch.bfloat16: (2e-2, 2e-2)}
 
 

@@ -24,6 +24,9 @@ def make_case(num_tokens, num_slots, max_rank, in_features, out_features, dtype,
         b[s, :, :r] = torch.randn(out_features, r, generator=gen) / r**0.5
     if mode == "decode":
         slot = torch.randint(-1, num_slots, (num_tokens,), generator=gen)
+        slot[0] = 0  # at least one row with an adapter, and (given two rows) one without
+        if num_tokens > 1:
+            slot[-1] = -1
     else:
         cuts = sorted(torch.randperm(num_tokens - 1, generator=gen)[:3].add(1).tolist())
         bounds = [0, *cuts, num_tokens]
@@ -53,6 +56,7 @@ def test_kernels_match_references(case, device):
     x, a, b, scaling, slot, y = (t.to(device) for t in make_case(*case, seed=num_tokens + max_rank))
     groups = lora_token_groups(slot, num_slots)
     has = slot >= 0
+    assert has.any() and (num_tokens == 1 or not has.all())
 
     poison = torch.full((num_tokens, max_rank), float("nan"), device=device)
     h = lora_shrink(x, a, slot, out=poison.clone(), groups=groups)

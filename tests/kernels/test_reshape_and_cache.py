@@ -17,7 +17,9 @@ def test_kernel_matches_reference(num_tokens, num_kv_heads, head_dim, block_size
     num_blocks = num_tokens // block_size + 4
     # distinct slots in shuffled order, some tokens padded out with -1
     slots = torch.randperm(num_blocks * block_size, generator=gen)[:num_tokens]
-    slots[torch.rand(num_tokens, generator=gen) < 0.2] = -1
+    drop = torch.rand(num_tokens, generator=gen) < 0.2
+    drop[0] = False  # at least one token is written
+    slots[drop] = -1
     # key/value as strided views of a fused qkv-like buffer (row stride != heads * dim)
     fused = torch.randn(num_tokens, 3, num_kv_heads, head_dim, generator=gen).to(src_dtype)
     key, value = fused[:, 1], fused[:, 2]
