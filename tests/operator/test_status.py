@@ -53,7 +53,9 @@ def test_transition_to_ready_is_an_event():
 def test_sizing_failure():
     err = SpecError("SizingValid", "ExceedsNode", "needs 10 GPUs of 80 GiB per node; nodes have 8")
     st = failed_status({}, err, 2, "t1")
-    assert cond(st, "SizingValid") | {} == cond(st, "SizingValid")
+    sizing = cond(st, "SizingValid")
+    assert sizing["reason"] == "ExceedsNode" and "nodes have 8" in sizing["message"]
+    assert sizing["lastTransitionTime"] == "t1" and st["observedGeneration"] == 2
     assert cond(st, "SizingValid")["status"] == "False" and cond(st, "Ready")["status"] == "False"
     assert cond(st, "Degraded")["status"] == "True"
     kinds = {(t, r) for t, r, _ in transitions({}, st)}
