@@ -2,7 +2,8 @@
 
 Built from the scheduler's chunks in the same order `model_runner.build_batch` flattens them, so
 row t of the batch and `token_slot[t]` describe the same token. The tokens are grouped by slot once
-here (on the device) and every layer's LoRA op reuses the groups.
+here (on the device) and every layer's LoRA op reuses the groups; the torch path also gets its
+per-step plan (`kernels.lora_plan`), built from the host list, so no layer reads the device.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ class LoraBatch:
     groups: tuple  # kernels.lora.LoraGroups: the tokens sorted by slot
     rank: int  # the largest rank among the slots in use (the ops may skip the zero padding past it)
     slots: tuple[int, ...]  # distinct slots in use
+    plan: object = None  # kernels.lora_plan.LoraPlan, when the op has a plan for this batch
 
 
-def build_lora_batch(chunks: Sequence, slot_of: Mapping[str, int], slot_rank: Sequence[int],
-                     num_slots: int, device: torch.device, groups: Callable) -> LoraBatch | None:
-    """`chunks`: ScheduledChunks (request.adapter, num_tokens). None when no token uses an adapter,
-    so base-only steps run the plain model. `groups(token_slot, num_slots)`: the backend's grouping."""
+def build_lora_batch(chunks: Sequence, slot_of: Mapping[str, int], state, device: torch.device,
+                     dtype: torch.dtype) -> LoraBatch | None:
+    """`chunks`: ScheduledChunks (request.adapter, num_tokens); `state`: the layers' LoraState (slot
+    ranks and scalings, the ops). None when no token uses an adapter, so base-only steps run the
+    plain model."""
     per_token: list[int] = []
     used: set[int] = set()
     for c in chunks:
@@ -35,5 +38,6 @@ def build_lora_batch(chunks: Sequence, slot_of: Mapping[str, int], slot_rank: Se
     if not used:
         return None
     token_slot = torch.tensor(per_token, dtype=torch.int32, device=device)
-    return LoraBatch(token_slot, groups(token_slot, num_slots),
-                     max(slot_rank[s] for s in used), tuple(sorted(used)))
+    plan = state.ops.plan and state.ops.plan(per_token, state.slot_scaling, dtype, device)
+    return LoraBatch(token_slot, state.ops.groups(token_slot, state.num_slots),
+                     max(state.slot_rank[s] for s in used), tuple(sorted(used)), plan)

@@ -15,6 +15,7 @@ from llmop.engine.linear import linear
 from llmop.engine.lora.batch import LoraBatch
 from llmop.engine.lora.ops import LoraOps
 from llmop.engine.lora.peft_adapter import TARGET_MODULES, LoraAdapter, module_path
+from llmop.kernels.lora_plan import apply_lora_plan
 
 
 class LoraState:
@@ -24,6 +25,7 @@ class LoraState:
         self.num_slots, self.max_rank, self.ops = num_slots, max_rank, ops
         self.scaling = torch.zeros(num_slots, dtype=torch.float32, device=device)
         self.slot_rank = [0] * num_slots
+        self.slot_scaling = [0.0] * num_slots  # host copy of `scaling`, for the per-step plan
         self.batch: LoraBatch | None = None
 
 
@@ -49,6 +51,8 @@ class LoraLinear(nn.Module):
         ops, a, b = self.state.ops, self.lora_a, self.lora_b
         if ops.narrow_rank and batch.rank < self.state.max_rank:
             a, b = a[:, : batch.rank], b[:, :, : batch.rank]
+        if batch.plan is not None:
+            return apply_lora_plan(y, x, a, b, batch.plan)
         h = ops.shrink(x, a, batch.token_slot, groups=batch.groups)
         return ops.expand(y, h, b, self.state.scaling, batch.token_slot, groups=batch.groups)
 
@@ -72,14 +76,14 @@ class LoraSlots:
     def write(self, slot: int, adapter: LoraAdapter) -> None:
         for key, layer in self.layers.items():
             layer.write(slot, adapter.weights.get(key))
-        self.state.scaling[slot] = adapter.scaling
+        self.state.scaling[slot] = self.state.slot_scaling[slot] = adapter.scaling
         self.state.slot_rank[slot] = adapter.rank
 
     @torch.no_grad()
     def clear(self, slot: int) -> None:
         for layer in self.layers.values():
             layer.write(slot, None)
-        self.state.scaling[slot] = 0.0
+        self.state.scaling[slot] = self.state.slot_scaling[slot] = 0.0
         self.state.slot_rank[slot] = 0
 
     @property

@@ -168,8 +168,7 @@ class LoraManager:
             return
         adapters = [c.request.adapter for c in out.chunks if c.request.adapter is not None]
         slot_of = self.registry.ensure_resident(adapters, in_use=self._in_use()) if adapters else {}
-        self.state.batch = build_lora_batch(out.chunks, slot_of, self.state.slot_rank, self.state.num_slots,
-                                            self.device, self.state.ops.groups)
+        self.state.batch = build_lora_batch(out.chunks, slot_of, self.state, self.device, self.dtype)
         self.queue.charge_chunks(out.chunks)
         for c in out.chunks:
             n = self.counters.get(c.request.adapter) if c.request.adapter is not None else None
