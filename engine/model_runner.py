@@ -92,4 +92,5 @@ class ModelRunner:
         logits = self.logits(batch)
         if not rows:
             return None
-        return sample(logits.cpu(), rows, self.eos_ids, self.generator)
+        with torch.inference_mode():  # the sampler edits the logits in place: they are inference tensors
+            return sample(logits.cpu(), rows, self.eos_ids, self.generator)

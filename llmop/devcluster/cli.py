@@ -58,9 +58,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'api server':26} {'ready' if ready else 'not ready'}")
         return 0 if ready else 1
     if args.action == "kubeconfig":
+        if not layout.kubeconfig.exists():
+            print(f"no kubeconfig at {layout.kubeconfig}: run `llmop dev-cluster up` first", file=sys.stderr)
+            return 1
         if args.content:
             sys.stdout.write(layout.kubeconfig.read_text())
         else:
             print(layout.kubeconfig)
-        return 0 if layout.kubeconfig.exists() else 1
+        return 0
     return 2

@@ -288,6 +288,14 @@ def up(layout: Layout | None = None, ports: Ports = Ports(), nodes: list[plane.N
     return seconds
 
 
+def recorded_startup_seconds(layout: Layout) -> float | None:
+    """How long the `up` of the plane now running took, as it recorded it; None if unrecorded."""
+    try:
+        return float((layout.state_dir / "startup-seconds").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def down(layout: Layout | None = None) -> list[str]:
     """Stop every process of the plane and drop its etcd data; PKI and kubeconfig stay."""
     layout = layout or default_layout()

@@ -20,13 +20,14 @@ from . import components, plane, runner
 class Cluster:
     """A running local control plane.
 
-    `startup_seconds` is how long `up` took when this session started the plane, None when it
-    reused one that was already running.
+    `startup_seconds` is how long the `up` of this plane took (None only if it never recorded
+    it); `reused` says whether this session found it already running.
     """
 
     kubeconfig: Path
     server: str
     startup_seconds: float | None = None
+    reused: bool = False
 
     @property
     def kubectl_path(self) -> Path:
@@ -63,12 +64,15 @@ def session_cluster(report: Callable[[str], None] = print) -> Iterator[Cluster]:
     layout = runner.default_layout()
     components.build(log=report)
     started = runner.acquire(layout, log=report)
-    if started is None:
-        report(f"dev cluster: reusing the running plane ({layout.kubeconfig})")
+    reused = started is None
+    if reused:
+        started = runner.recorded_startup_seconds(layout)
+        report(f"dev cluster: reusing the running plane ({layout.kubeconfig}), which started in "
+               f"{started if started is None else f'{started:.1f}s'}")
     else:
         report(f"dev cluster: start-up took {started:.1f}s (binaries cached)")
     try:
-        yield Cluster(layout.kubeconfig, plane.server_url(plane.Ports()), started)
+        yield Cluster(layout.kubeconfig, plane.server_url(plane.Ports()), started, reused)
     finally:
         if runner.release(layout):
             report("dev cluster: stopped")

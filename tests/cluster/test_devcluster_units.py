@@ -165,3 +165,15 @@ def test_binary_names_follow_go_naming_and_renames():
     names = [b for c in components.COMPONENTS for b in c.binaries]
     assert sorted(names) == sorted(
         ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "helm"])
+
+
+def test_cli_without_a_plane_says_so_and_fails(tmp_path, monkeypatch, capsys):
+    """`status` and `kubeconfig` against a state folder where `up` never ran: exit 1, no traceback."""
+    from llmop.cli import main
+
+    monkeypatch.setenv("LLMOP_CLUSTER_DIR", str(tmp_path / "cluster"))
+    assert main(["dev-cluster", "kubeconfig", "--print"]) == 1
+    assert "run `llmop dev-cluster up` first" in capsys.readouterr().err
+    assert main(["dev-cluster", "kubeconfig"]) == 1
+    assert main(["dev-cluster", "status"]) == 1
+    assert "not running" in capsys.readouterr().out

@@ -41,6 +41,11 @@ CASES = [
     ("chat-max-completion-huge", CHAT, {"messages": MSGS, "max_completion_tokens": 10**6}, 400,
      "max_completion_tokens"),
     ("chat-unknown-model", CHAT, {"messages": MSGS, "model": "nope"}, 404, "model"),
+    ("tokenize-prompt-and-messages", "/tokenize", {"prompt": "x", "messages": MSGS}, 400, "prompt"),
+    ("tokenize-neither", "/tokenize", {}, 400, "prompt"),
+    ("tokenize-unknown-model", "/tokenize", {"prompt": "x", "model": "nope"}, 404, "model"),
+    ("detokenize-out-of-vocab", "/detokenize", {"tokens": [1, -3]}, 400, "tokens"),
+    ("detokenize-not-ints", "/detokenize", {"tokens": ["a"]}, 400, "tokens.0"),
 ]
 
 

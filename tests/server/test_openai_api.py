@@ -77,6 +77,7 @@ def test_seeded_sampling_is_reproducible(openai_client, model):
                                                 seed=seed).choices[0].text
 
     assert sample(1234) == sample(1234)
+    assert len({sample(seed) for seed in (1, 2, 3, 4)}) > 1, "the seed must change what is sampled"
 
 
 def test_n_choices_differ_by_seed_and_are_reproducible(openai_client, model):
@@ -87,7 +88,19 @@ def test_n_choices_differ_by_seed_and_are_reproducible(openai_client, model):
 
     (first, usage), (again, _) = sample(), sample()
     assert first == again and len(first) == 2
+    assert first[0] != first[1], "the n choices must be sampled independently"
     assert usage.completion_tokens == 12
+
+
+def test_every_sampling_field_is_accepted(openai_client, model):
+    """The fields the issue lists beyond the SDK's typed ones go through `extra_body`; the
+    penalties edit the logits in place, which once failed on the engine's inference tensors."""
+    r = openai_client.chat.completions.create(
+        model=model, messages=CHAT, max_completion_tokens=5, temperature=0.8, top_p=0.9, seed=3,
+        frequency_penalty=0.5, presence_penalty=0.2,
+        extra_body={"top_k": 20, "min_p": 0.05, "priority": 1, "min_tokens": 2, "repetition_penalty": 1.1,
+                    "ignore_eos": True})
+    assert r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length"
 
 
 def test_completion_logprobs(openai_client, model):
