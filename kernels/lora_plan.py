@@ -64,8 +64,10 @@ def apply_lora_plan(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora
                     plan: LoraPlan) -> torch.Tensor:
     """In place: `y[t] += scaling[s] * x[t] @ lora_a[s]^T @ lora_b[s]^T` for every planned token t of
     slot s. Layout as in `kernels.lora`: `lora_a [slots, rank, in]`, `lora_b [slots, out, rank]`
-    (rank slices allowed). Returns y."""
+    (rank slices allowed). `lora_b` is fastest as a transposed view of a rank-major buffer, so that
+    the expand reads `[slots, rank, out]` row by row. Returns y."""
     a, b = lora_a[plan.lo : plan.hi], lora_b[plan.lo : plan.hi]
-    h = torch.bmm(x[plan.rows], a.transpose(1, 2))  # [slots, group, rank]
+    xg = x.index_select(0, plan.flat_rows).view(*plan.rows.shape, x.shape[1])
+    h = torch.bmm(xg, a.transpose(1, 2))  # [slots, group, rank]
     delta = torch.bmm(h.mul_(plan.scale), b.transpose(1, 2))  # [slots, group, out]
     return y.index_add_(0, plan.flat_rows, delta.view(-1, y.shape[1]))

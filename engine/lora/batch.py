@@ -1,9 +1,10 @@
 """Per step: which adapter slot each token of the flattened batch uses.
 
 Built from the scheduler's chunks in the same order `model_runner.build_batch` flattens them, so
-row t of the batch and `token_slot[t]` describe the same token. The tokens are grouped by slot once
-here (on the device) and every layer's LoRA op reuses the groups; the torch path also gets its
-per-step plan (`kernels.lora_plan`), built from the host list, so no layer reads the device.
+row t of the batch and `token_slot[t]` describe the same token. The torch path gets its per-step
+plan (`kernels.lora_plan`), built from the host list, so no layer reads the device; otherwise (the
+Triton kernels, or a batch the plan refuses) the tokens are grouped by slot once here, on the
+device, and every layer's LoRA op reuses the groups.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 @dataclass(frozen=True)
 class LoraBatch:
     token_slot: torch.Tensor  # int32 [num_tokens], -1 = base model
-    groups: tuple  # kernels.lora.LoraGroups: the tokens sorted by slot
+    groups: tuple | None  # kernels.lora.LoraGroups (the tokens sorted by slot) when there is no plan
     rank: int  # the largest rank among the slots in use (the ops may skip the zero padding past it)
     slots: tuple[int, ...]  # distinct slots in use
     plan: object = None  # kernels.lora_plan.LoraPlan, when the op has a plan for this batch
@@ -39,5 +40,5 @@ def build_lora_batch(chunks: Sequence, slot_of: Mapping[str, int], state, device
         return None
     token_slot = torch.tensor(per_token, dtype=torch.int32, device=device)
     plan = state.ops.plan and state.ops.plan(per_token, state.slot_scaling, dtype, device)
-    return LoraBatch(token_slot, state.ops.groups(token_slot, state.num_slots),
-                     max(state.slot_rank[s] for s in used), tuple(sorted(used)), plan)
+    groups = None if plan is not None else state.ops.groups(token_slot, state.num_slots)
+    return LoraBatch(token_slot, groups, max(state.slot_rank[s] for s in used), tuple(sorted(used)), plan)

@@ -110,3 +110,18 @@ def test_rank_sliced_weight_views(device):
     torch.testing.assert_close(h, h_full[:, :8], atol=1e-5, rtol=1e-5)
     out = lora_expand(y.clone(), h, b[..., :8], scaling, slot)
     torch.testing.assert_close(out, ref_lora_expand(y.clone(), h_full, b, scaling, slot), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rank", [16, 8])
+def test_expand_reads_a_rank_major_buffer(device, rank):
+    """The engine stores B rank-major (`[slots, rank, out]`) and passes a transposed view, rank-sliced
+    when the batch allows: the kernel must follow B's strides, not assume a unit stride in rank."""
+    x, a, b, scaling, slot, y = (t.to(device) for t in make_case(21, 4, 16, 64, 80, F32, "decode", seed=4))
+    a[:, rank:], b[..., rank:] = 0, 0
+    b_t = b.transpose(1, 2).contiguous()  # [slots, rank, out], as in the engine's LoRA layers
+    view = b_t[:, :rank].transpose(1, 2)
+    assert view.stride(2) != 1
+    h = ref_lora_shrink(x, a[:, :rank], slot, out=torch.zeros(21, rank, device=device))
+    want = ref_lora_expand(y.clone(), h, b[..., :rank].contiguous(), scaling, slot)
+    torch.testing.assert_close(lora_expand(y.clone(), h, view, scaling, slot), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ref_lora_expand(y.clone(), h, view, scaling, slot), want, atol=1e-5, rtol=1e-5)
