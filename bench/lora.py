@@ -1,24 +1,29 @@
 """Multi-LoRA benchmarks (issue 6), each a ratio against a baseline measured in the same run.
 
 1. Step time of a decode batch of 32 requests spread over 1, 4 and 16 distinct adapters, vs the
-   same batch on the base model only (bar: <= 1.3x at 16 adapters).
+   same batch on the base model only (bar: <= 1.3x at 16 adapters). 16 device slots.
 2. Throughput (generated tokens/s) with 5 vs 500 registered adapters, adapter popularity following
-   a power law (Zipf, alpha = 1) as in S-LoRA; max_loras slots on the device, the rest in host
-   memory (bar: >= 85% of the 5-adapter throughput at 500).
+   a power law (Zipf, alpha = 1) as in S-LoRA, every request arriving at once, lengths varied
+   (bar: >= 85% of the 5-adapter throughput at 500). `--max-loras` device slots (default 32, the
+   batch size: with 500 adapters a batch of 32 spans ~25 of them), every other adapter in host memory.
 3. The naive alternative: merge each adapter into the model's weights and serve its requests as
    one batch, adapter after adapter (the merge and the restore are timed too).
+
+In 2 and 3 every configuration has an engine of its own and the engines take turns step by step
+(`interleave`), so drifts in this shared machine's speed hit them all alike.
 
 Adapters are synthetic (random A and B, rank 16, all seven projections), built in memory: the
 benchmarks measure batching and slot traffic, not disk reads. With 500 adapters, their weights are
 views of 16 distinct random sets (host memory), but every adapter is a distinct registry entry and
 is copied into a device slot on its own.
 
-    .venv/bin/python -P bench/lora.py [--threads 1] [--rounds 5] [--requests 128] [--device cpu]
+    .venv/bin/python -P bench/lora.py [--threads 2] [--rounds 5] [--requests 128] [--device cpu]
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import random
 import statistics
@@ -36,8 +41,8 @@ def random_adapter(name, cfg, rank, seed, dtype):
     for layer in range(cfg.num_layers):
         for m in TARGET_MODULES:
             fin, fout = shapes[m]
-            weights[(layer, m)] = ((torch.randn(rank, fin, generator=gen) * 0.02).to(dtype),
-                                   (torch.randn(fout, rank, generator=gen) * 0.02).to(dtype))
+            weights[(layer, m)] = ((torch.randn(rank, fin, generator=gen) * 0.02).to(dtype),  # A
+                                   (torch.randn(rank, fout, generator=gen) * 0.02).to(dtype))  # B^T
     return LoraAdapter(name, "<memory>", rank, 2.0, frozenset(TARGET_MODULES), weights)
 
 
@@ -49,7 +54,7 @@ def make_engine(args, **kw):
 
 
 def register(eng, n, distinct=16):
-    """n adapters, sharing `distinct` random weight sets."""
+    """n adapters, sharing `distinct` random weight sets (each still its own registry entry)."""
     cfg = eng.checkpoint.config
     pool = [random_adapter(f"w{i}", cfg, eng.config.max_lora_rank, i, eng.dtype) for i in range(min(n, distinct))]
     names = []
@@ -103,27 +108,41 @@ def step_times(args) -> dict:
 
 
 # --- 2. and 3. throughput ------------------------------------------------------------------------
+#
+# Each configuration runs on an engine of its own, and the engines take turns a step at a time, so
+# every one of them sees the same state of this shared machine (whose speed drifts by 30% over
+# minutes); a configuration's throughput is its generated tokens over the time of its own steps.
 
 
 def workload(args, names, seed=1):
-    """(prompt, output length, adapter): Zipf(alpha=1) over `names` in popularity order."""
+    """(prompt, output length, adapter) per request, all arriving at once: adapters Zipf(alpha=1) over
+    `names` in popularity order (S-LoRA's power law); prompt and output lengths uniform in [L/2, 3L/2]
+    (the same lengths for every `names`, given the seed)."""
     rng = random.Random(seed)
     weights = [1 / (i + 1) for i in range(len(names))]
     out = []
     for _ in range(args.requests):
-        out.append(([rng.randrange(100, 40000) for _ in range(args.prompt_len)], args.output_len,
-                    rng.choices(names, weights)[0]))
-    return out
+        p = rng.randint(args.prompt_len // 2, args.prompt_len * 3 // 2)
+        n = rng.randint(args.output_len // 2, args.output_len * 3 // 2)
+        u = rng.random()
+        out.append(([rng.randrange(100, 40000) for _ in range(p)], n, u))
+    cum, acc = [], 0.0
+    for w in weights:
+        acc += w
+        cum.append(acc / sum(weights))
+    return [(prompt, n, names[min(bisect.bisect_left(cum, u), len(names) - 1)]) for prompt, n, u in out]
 
 
-def run_lora(eng, reqs, tag):
-    t0 = time.perf_counter()
+def lora_steps(eng, reqs, tag, seen):
+    """Serve every request in one engine, a step per iteration; yields the tokens each step made and
+    records (running requests, distinct adapters) per step in `seen`."""
     for i, (prompt, n, a) in enumerate(reqs):
         eng.add_request(f"{tag}-{i}", prompt, greedy(n), adapter=a)
-    gen = 0
     while eng.has_unfinished():
-        gen += sum(len(o.new_token_ids) for o in eng.step())
-    return gen / (time.perf_counter() - t0)
+        outs = eng.step()
+        b = eng.lora.state.batch if eng.lora.enabled else None
+        seen.append((len(eng.scheduler.running), 0 if b is None else len(b.slots)))
+        yield sum(len(o.new_token_ids) for o in outs)
 
 
 class Merged:
@@ -132,79 +151,80 @@ class Merged:
     def __init__(self, model):
         self.model = model
 
-    def __enter__(self):
-        return self
-
     @torch.no_grad()
     def merge(self, adapter):
         from llmop.engine.lora.peft_adapter import module_path
 
         self.saved = []
-        for (layer, m), (a, b) in adapter.weights.items():
+        for (layer, m), (a, b_t) in adapter.weights.items():
             w = self.model.get_submodule(module_path(layer, m)).weight
             self.saved.append((w, w.clone()))
-            w.add_((adapter.scaling * (b.float() @ a.float())).to(w.dtype))
+            w.add_((adapter.scaling * (b_t.float().t() @ a.float())).to(w.dtype))
 
     @torch.no_grad()
     def restore(self):
         for w, orig in self.saved:
             w.copy_(orig)
 
-    def __exit__(self, *exc):
-        return False
 
-
-def run_naive(eng, reqs, adapters, tag):
+def naive_steps(eng, reqs, adapters, tag):
+    """Each adapter's requests as one batch on a merged copy of the weights, adapter after adapter
+    (merging and restoring count as part of the next step)."""
     groups: dict[str, list] = {}
     for r in reqs:
         groups.setdefault(r[2], []).append(r)
     merged = Merged(eng.model)
-    t0 = time.perf_counter()
-    gen = 0
     for a, group in groups.items():
         merged.merge(adapters[a])
         for i, (prompt, n, _) in enumerate(group):
             eng.add_request(f"{tag}-{a}-{i}", prompt, greedy(n))
         while eng.has_unfinished():
-            gen += sum(len(o.new_token_ids) for o in eng.step())
+            yield sum(len(o.new_token_ids) for o in eng.step())
         merged.restore()
-    return gen / (time.perf_counter() - t0)
+
+
+def interleave(runners: dict) -> dict:
+    """Advance every generator one step in turn until all finish: name -> (tokens, seconds)."""
+    totals = {name: [0, 0.0] for name in runners}
+    active = dict(runners)
+    while active:
+        for name, gen in list(active.items()):
+            t0 = time.perf_counter()
+            try:
+                tokens = next(gen)
+            except StopIteration:
+                tokens = 0
+                del active[name]
+            totals[name][0] += tokens
+            totals[name][1] += time.perf_counter() - t0
+    return {name: tuple(v) for name, v in totals.items()}
 
 
 def throughput(args) -> dict:
-    eng = make_engine(args, max_loras=args.max_loras)
-    plain = make_engine(args, max_loras=args.max_loras)  # LoRA never enabled: the merged baseline
-    res = {}
-    names = {n: register(eng, n) if n == 5 else None for n in (5, 500)}
-    rates = {5: [], 500: [], "naive5": [], "naive500": []}
-    # Register the 500 once (the first 5 are the 5-adapter set's weights too, but distinct names).
-    names[500] = names[5] + register_more(eng, 5, 500)
+    engines = {n: make_engine(args, max_loras=args.max_loras) for n in (5, 500)}
+    plain = {n: make_engine(args, max_loras=args.max_loras) for n in (5, 500)}  # LoRA never enabled
+    names = {n: register(engines[n], n) for n in (5, 500)}
+    res, rates, seen = {}, {k: [] for k in (5, 500, "naive5", "naive500")}, {5: [], 500: []}
     for rnd in range(args.throughput_rounds):
+        reqs = {n: workload(args, names[n], seed=rnd) for n in (5, 500)}
+        runners = {}
         for n in (5, 500):
-            reqs = workload(args, names[n], seed=rnd)
-            rates[n].append(run_lora(eng, reqs, f"t{rnd}-{n}"))
-            adapters = {a: eng.lora.registry.host(a) for a in {r[2] for r in reqs}}
-            rates[f"naive{n}"].append(run_naive(plain, reqs, adapters, f"n{rnd}-{n}"))
+            runners[n] = lora_steps(engines[n], reqs[n], f"t{rnd}-{n}", seen[n])
+            adapters = {a: engines[n].lora.registry.host(a) for a in {r[2] for r in reqs[n]}}
+            runners[f"naive{n}"] = naive_steps(plain[n], reqs[n], adapters, f"n{rnd}-{n}")
+        for name, (tokens, seconds) in interleave(runners).items():
+            rates[name].append(tokens / seconds)
+        res[f"distinct_adapters_{rnd}"] = len({r[2] for r in reqs[500]})
     for k, v in rates.items():
         res[f"tok_s_{k}"] = statistics.median(v)
     res["ratio_500_vs_5"] = res["tok_s_500"] / res["tok_s_5"]
     res["lora_vs_naive_5"] = res["tok_s_5"] / res["tok_s_naive5"]
     res["lora_vs_naive_500"] = res["tok_s_500"] / res["tok_s_naive500"]
-    res["slot_loads"] = eng.lora.registry.num_slot_loads
+    res["slot_loads_500"] = engines[500].lora.registry.num_slot_loads
+    for n in (5, 500):  # per decode-or-prefill step: requests running, adapters in the batch
+        res[f"mean_running_{n}"] = statistics.mean(r for r, _ in seen[n])
+        res[f"mean_adapters_per_step_{n}"] = statistics.mean(a for _, a in seen[n])
     return res
-
-
-def register_more(eng, start, stop, distinct=16):
-    cfg = eng.checkpoint.config
-    pool = [random_adapter(f"w{i}", cfg, eng.config.max_lora_rank, i, eng.dtype) for i in range(distinct)]
-    names = []
-    for i in range(start, stop):
-        name = f"adapter-{i}"
-        w = pool[i % distinct]
-        eng.lora.begin_load(name, "<memory>")
-        eng.lora.finish_load(name, type(w)(name, w.source, w.rank, w.scaling, w.target_modules, w.weights))
-        names.append(name)
-    return names
 
 
 def main() -> None:
@@ -219,8 +239,8 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=128)
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--output-len", type=int, default=24)
-    p.add_argument("--max-loras", type=int, default=16)
-    p.add_argument("--throughput-rounds", type=int, default=2)
+    p.add_argument("--max-loras", type=int, default=32, help="device slots in the throughput runs")
+    p.add_argument("--throughput-rounds", type=int, default=1)
     p.add_argument("--skip", choices=["step", "throughput"], default=None)
     args = p.parse_args()
     if args.threads:

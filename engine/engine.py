@@ -177,7 +177,7 @@ class LLMEngine:
         failed = self._fail_unservable()
         if out.is_empty:
             return failed
-        self.lora.begin_step(out)
+        out = self.lora.begin_step(out)
         completing = [c for c in out.chunks if c.completes]
         rows = [self._sample_row(self._tracked[c.request.request_id]) for c in completing]
         result = self.runner.execute(out, self.blocks, rows)

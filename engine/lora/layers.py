@@ -59,14 +59,16 @@ class LoraLinear(nn.Module):
         h = ops.shrink(x, a, batch.token_slot, groups=batch.groups)
         return ops.expand(y, h, b, self.state.scaling, batch.token_slot, groups=batch.groups)
 
-    @torch.no_grad()
     def write(self, slot: int, ab: tuple[torch.Tensor, torch.Tensor] | None) -> None:
-        self.lora_a[slot].zero_()
-        self.lora_b_t[slot].zero_()
+        """(Under no_grad: `LoraSlots` calls it.) Overwrite the whole slot: the adapter's (A, B^T) rows, zeros past its rank (or everywhere
+        when it does not target this layer), so a slot never needs clearing before reuse."""
+        r = 0 if ab is None else ab[0].shape[0]
         if ab is not None:
-            a, b = ab
-            self.lora_a[slot, : a.shape[0]].copy_(a)
-            self.lora_b_t[slot, : b.shape[1]].copy_(b.t())
+            self.lora_a[slot, :r].copy_(ab[0])
+            self.lora_b_t[slot, :r].copy_(ab[1])
+        if r < self.state.max_rank:
+            self.lora_a[slot, r:].zero_()
+            self.lora_b_t[slot, r:].zero_()
 
 
 class LoraSlots:

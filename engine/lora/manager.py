@@ -8,6 +8,7 @@ the waiting queue. Everything here runs on the engine thread (the server goes th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -161,13 +162,17 @@ class LoraManager:
         reg, running = self.registry, self._in_use()
         return within_adapter_limit(adapter, running, reg.pinned_resident(), reg.max_slots) and reg.ensure_host(adapter, running)
 
-    def begin_step(self, out) -> None:
-        """Before the forward pass: make the step's adapters resident, map tokens to slots,
-        charge the fair queue and count tokens."""
+    def begin_step(self, out):
+        """Before the forward pass: make the step's adapters resident, order the chunks by slot
+        (base requests first, each adapter's tokens contiguous, which the LoRA ops exploit), map
+        tokens to slots, charge the fair queue and count tokens. Returns the step to run."""
         if not self.enabled:
-            return
+            return out
         adapters = [c.request.adapter for c in out.chunks if c.request.adapter is not None]
         slot_of = self.registry.ensure_resident(adapters, in_use=self._in_use()) if adapters else {}
+        if adapters:
+            key = lambda c: -1 if c.request.adapter is None else slot_of[c.request.adapter]
+            out = dataclasses.replace(out, chunks=tuple(sorted(out.chunks, key=key)))
         self.state.batch = build_lora_batch(out.chunks, slot_of, self.state, self.device, self.dtype)
         self.queue.charge_chunks(out.chunks)
         for c in out.chunks:
@@ -177,6 +182,7 @@ class LoraManager:
                 n.generation_tokens += int(c.completes)
         if time.monotonic() - self._snapshot_time > SNAPSHOT_PERIOD_S:
             self._refresh()
+        return out
 
     def stats(self) -> LoraStats:
         """Compute a fresh snapshot (engine thread); other threads read `snapshot`."""

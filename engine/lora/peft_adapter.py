@@ -44,9 +44,11 @@ def module_path(layer: int, module: str) -> str:
 class LoraAdapter:
     """A validated adapter in host memory.
 
-    `weights[(layer, module)] = (A [rank, in], B [out, rank])`, with B already multiplied by the
-    module's scaling divided by `scaling` (non-zero only where `alpha_pattern`/`rank_pattern` give a
-    module its own scaling), so that one `scaling` per adapter serves every module.
+    `weights[(layer, module)] = (A [rank, in], B^T [rank, out])`: PEFT's lora_A and lora_B
+    transposed, the layout of the device slots (`layers`), so a slot load is a row copy on the engine
+    thread. B is already multiplied by the module's scaling divided by `scaling` (non-zero only where
+    `alpha_pattern`/`rank_pattern` give a module its own scaling), so that one `scaling` per adapter
+    serves every module.
     """
 
     name: str
@@ -159,7 +161,7 @@ def load_peft_adapter(name: str, source: str | Path, model: ModelConfig, max_ran
             raise AdapterError(f"{where}: rank {r} disagrees with adapter_config.json")
         s = _scaling(float(_pattern_value(alpha_pattern, layer, module, alpha)), r, rslora)
         b = b.to(torch.float32) * (s / base_scaling) if s != base_scaling else b
-        weights[(layer, module)] = (a.to(dtype).contiguous(), b.to(dtype).contiguous())
+        weights[(layer, module)] = (a.to(dtype).contiguous(), b.to(dtype).t().contiguous())
     if not all(torch.isfinite(a).all() and torch.isfinite(b).all() for a, b in weights.values()):
         raise AdapterError(f"adapter {name!r}: weights contain NaN or infinity")
     return LoraAdapter(name=name, source=str(path), rank=max(a.shape[0] for a, _ in weights.values()),

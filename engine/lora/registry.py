@@ -55,7 +55,8 @@ class _Entry:
 
 class AdapterRegistry:
     """`load(name, source) -> adapter` may raise (the adapter is then FAILED with the message);
-    `write_slot(slot, adapter)` / `clear_slot(slot)` move weights in and out of the device.
+    `write_slot(slot, adapter)` / `clear_slot(slot)` move weights in and out of the device; a write
+    overwrites the whole slot, so a slot taken from an evicted adapter is not cleared first.
     `max_host` 0 = no host limit. Not thread-safe: the engine thread owns it."""
 
     def __init__(self, max_slots: int, max_host: int, load: Callable[[str, str], object],
@@ -162,12 +163,13 @@ class AdapterRegistry:
             raise AdapterConflict(f"all {self.max_slots} adapter slots are pinned or in use")
         victim = min(victims, key=lambda v: v.last_used)
         slot = victim.slot
-        self._drop_slot(victim)
+        self._drop_slot(victim, clear=False)  # the caller writes the whole slot next
         return slot
 
-    def _drop_slot(self, e: _Entry) -> None:
+    def _drop_slot(self, e: _Entry, clear: bool = True) -> None:
         if e.slot is not None:
-            self._clear(e.slot)
+            if clear:
+                self._clear(e.slot)
             self._slots[e.slot] = None
             e.slot = None
             e.state = AdapterState.CPU if e.host is not None else e.state

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from llmop.kernels.lora import lora_token_groups, ref_lora_expand, ref_lora_shrink
-from llmop.kernels.lora_plan import MAX_WASTE, apply_lora_plan, plan_lora
+from llmop.kernels.lora_plan import HEAVY, apply_lora_plan, plan_lora
 
 from .test_lora import make_case
 
@@ -31,16 +31,34 @@ def test_plan_matches_reference(case):
     x, a, b, scaling, slot, y = make_case(num_tokens, num_slots, max_rank, fin, fout, torch.float32,
                                           mode, seed=num_tokens * 7 + num_slots)
     plan = plan_lora(slot.tolist(), scaling.tolist(), torch.float32, "cpu")
-    if plan is None:  # the padding budget refused it: that must be because of waste
-        used = slot[slot >= 0]
-        group = int(torch.bincount(used).max())
-        assert (int(used.max()) - int(used.min()) + 1) * group > MAX_WASTE * used.numel()
-        return
     expected = reference(y, x, a, b, scaling, slot, num_slots)
     got = apply_lora_plan(y.clone(), x, a, b, plan)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     untouched = slot < 0
     assert torch.equal(got[untouched], y[untouched]), "rows without an adapter must not change"
+    if mode == "prefill":  # segments of more than HEAVY tokens run alone, on contiguous rows
+        assert plan.heavy and all(h.rows is None for h in plan.heavy)
+
+
+def test_heavy_and_light_slots_together():
+    """A prefill chunk (contiguous), a popular adapter's scattered decode rows, and light slots,
+    over weights in the engine's layout (B a transposed view of a rank-major buffer)."""
+    x, a, b, scaling, _, y = make_case(40, 6, 16, 48, 56, torch.float32, "decode", seed=6)
+    popular = [1 if t % 3 == 0 else -1 for t in range(20)]  # 7 rows: light
+    popular[1] = 4
+    slot = torch.tensor([0] * 12 + popular + [2, 5, 3, 3, -1, 5, 3, 3], dtype=torch.int32)
+    slot[13:33:2] = 1  # slot 1: 10 scattered rows, heavy
+    slot[14:20:2] = -1
+    members = {s: int((slot == s).sum()) for s in range(6)}
+    assert members[0] > HEAVY and members[1] > HEAVY and 0 < members[3] <= HEAVY
+    plan = plan_lora(slot.tolist(), scaling.tolist(), torch.float32, "cpu")
+    heavy = {h.slot: h for h in plan.heavy}
+    assert set(heavy) == {0, 1} and heavy[0].rows is None and heavy[1].rows is not None
+    assert (plan.lo, plan.hi) == (2, 6)
+    b_view = b.transpose(1, 2).contiguous().transpose(1, 2)
+    got = apply_lora_plan(y.clone(), x, a, b_view, plan)
+    torch.testing.assert_close(got, reference(y, x, a, b, scaling, slot, 6), atol=1e-5, rtol=1e-5)
+    assert torch.equal(got[slot < 0], y[slot < 0])
 
 
 def test_plan_over_rank_sliced_weights():
@@ -63,9 +81,7 @@ def test_sparse_slot_range_keeps_empty_slots_out():
     torch.testing.assert_close(got, reference(y, x, a, b, scaling, slot, 8), atol=1e-5, rtol=1e-5)
 
 
-def test_no_plan_without_adapter_tokens_or_when_padding_would_dominate():
+def test_no_plan_without_adapter_tokens():
     assert plan_lora([-1, -1, -1], [1.0] * 4, torch.float32, "cpu") is None
-    # a 64-token prefill on slot 0 beside one decode row on slot 15: 16 x 64 padded rows for 65 tokens
-    long_prefill = [0] * 64 + [15]
-    assert plan_lora(long_prefill, [1.0] * 16, torch.float32, "cpu") is None
-    assert plan_lora([0] * 64 + [1], [1.0] * 16, torch.float32, "cpu") is not None
+    only_heavy = plan_lora([0] * (HEAVY + 1), [1.0], torch.float32, "cpu")
+    assert only_heavy.rows is None and len(only_heavy.heavy) == 1

@@ -39,12 +39,13 @@ def test_mixed_batch_logits_match_peft(lora_engine, references, prompt_ids, kit)
         eng.add_request(f"logits-{k}", prompt_ids[i], kit.greedy(1), adapter=m)
     out = eng.scheduler.schedule()
     assert len(out.chunks) == len(pairs) and all(c.completes for c in out.chunks)
-    eng.lora.begin_step(out)
+    out = eng.lora.begin_step(out)  # ordered by slot: rows follow the returned chunks
     assert len(eng.lora.state.batch.slots) == len(kit.ADAPTERS)
     logits = eng.runner.logits(build_batch(out, eng.blocks, eng.device))
     for k in range(len(pairs)):
         eng.abort(f"logits-{k}")
-    for row, (c, (i, m)) in enumerate(zip(out.chunks, pairs)):
+    for row, c in enumerate(out.chunks):
+        i, m = pairs[int(c.request.request_id.removeprefix("logits-"))]
         assert c.request.adapter == m
         torch.testing.assert_close(logits[row], references[(i, m)][1], atol=LOGIT_ATOL, rtol=0, msg=f"{m} prompt {i}")
     assert eng.blocks.pool.num_free == eng.blocks.pool.num_blocks

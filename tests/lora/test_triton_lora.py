@@ -28,8 +28,9 @@ def test_triton_lora_mixed_batch_logits_match_peft(hf_checkpoint_dir, adapter_di
         eng.add_request(f"triton-{k}", prompt_ids[prompt], lora_kit.greedy(1), adapter=m)
     out = eng.scheduler.schedule()
     assert len(out.chunks) == len(lora_kit.MODELS) and all(c.completes for c in out.chunks)
-    eng.lora.begin_step(out)
+    out = eng.lora.begin_step(out)  # ordered by slot: rows follow the returned chunks
     logits = eng.runner.logits(build_batch(out, eng.blocks, eng.device))
-    for row, (c, m) in enumerate(zip(out.chunks, lora_kit.MODELS)):
+    for row, c in enumerate(out.chunks):
+        m = lora_kit.MODELS[int(c.request.request_id.removeprefix("triton-"))]
         assert c.request.adapter == m
         torch.testing.assert_close(logits[row], references[(prompt, m)][1], atol=LOGIT_ATOL, rtol=0, msg=str(m))
