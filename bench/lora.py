@@ -1,7 +1,7 @@
 """Multi-LoRA benchmarks (issue 6), each a ratio against a baseline measured in the same run.
 
-1. Step time of a decode batch of 32 requests spread over 1, 4 and 16 distinct adapters, vs the
-   same batch on the base model only (bar: <= 1.3x at 16 adapters). 16 device slots.
+1. Step time of a decode batch of 32 requests spread over 1, 4 and 16 distinct adapters (round
+   robin), vs the same batch on the base model only (bar: <= 1.3x at 16 adapters). 16 device slots.
 2. Throughput (generated tokens/s) with 5 vs 500 registered adapters, adapter popularity following
    a power law (Zipf, alpha = 1) as in S-LoRA, every request arriving at once, lengths varied
    (bar: >= 85% of the 5-adapter throughput at 500). `--max-loras` device slots (default 32, the
@@ -9,15 +9,15 @@
 3. The naive alternative: merge each adapter into the model's weights and serve its requests as
    one batch, adapter after adapter (the merge and the restore are timed too).
 
-In 2 and 3 every configuration has an engine of its own and the engines take turns step by step
-(`interleave`), so drifts in this shared machine's speed hit them all alike.
+Every configuration has an engine of its own and the engines take turns step by step, so drifts in
+this shared machine's speed (30% over minutes) hit them all alike.
 
 Adapters are synthetic (random A and B, rank 16, all seven projections), built in memory: the
 benchmarks measure batching and slot traffic, not disk reads. With 500 adapters, their weights are
 views of 16 distinct random sets (host memory), but every adapter is a distinct registry entry and
 is copied into a device slot on its own.
 
-    .venv/bin/python -P bench/lora.py [--threads 2] [--rounds 5] [--requests 128] [--device cpu]
+    .venv/bin/python -P bench/lora.py [--threads 2] [--steps 30] [--requests 128] [--device cpu]
 """
 
 from __future__ import annotations
@@ -77,30 +77,29 @@ def greedy(n):
 
 
 def step_times(args) -> dict:
-    eng = make_engine(args, max_loras=16)
-    names = register(eng, 16, distinct=16)
-    rng = random.Random(0)
-    vocab = eng.checkpoint.config.vocab_size
+    """One engine per configuration (0 = base only), each with 32 decoding requests; the engines
+    take turns a step at a time, so they share the machine's drift; medians of `steps` steps."""
     configs = [0, 1, 4, 16]
+    engines = {k: make_engine(args, max_loras=16) for k in configs}
+    rng = random.Random(0)
+    for k, eng in engines.items():
+        names = register(eng, 16, distinct=16)
+        vocab = eng.checkpoint.config.vocab_size
+        for i in range(32):
+            eng.add_request(f"s{k}-{i}", [rng.randrange(100, vocab) for _ in range(16)], greedy(1000),
+                            adapter=names[i % k] if k else None)
+        while any(t.request.num_computed_tokens < t.request.num_prompt_tokens for t in eng._tracked.values()):
+            eng.step()  # prefill
+        for _ in range(args.warmup):
+            eng.step()
     samples = {k: [] for k in configs}
-    for rnd in range(args.rounds):
-        for k in configs:
-            ids = [f"s{rnd}-{k}-{i}" for i in range(32)]
-            for i, rid in enumerate(ids):
-                eng.add_request(rid, [rng.randrange(100, vocab) for _ in range(16)], greedy(1000),
-                                adapter=names[i % k] if k else None)
-            while any(t.request.num_computed_tokens < t.request.num_prompt_tokens for t in eng._tracked.values()):
-                eng.step()  # prefill
-            for _ in range(args.warmup):
-                eng.step()
-            for _ in range(args.steps):
-                t0 = time.perf_counter()
-                eng.step()
-                samples[k].append(time.perf_counter() - t0)
-                b = eng.lora.state.batch
-                assert (b is None and k == 0) or (b is not None and len(b.slots) == k)
-            for rid in ids:
-                eng.abort(rid)
+    for _ in range(args.steps):
+        for k, eng in engines.items():
+            t0 = time.perf_counter()
+            eng.step()
+            samples[k].append(time.perf_counter() - t0)
+            b = eng.lora.state.batch
+            assert (b is None and k == 0) or (b is not None and len(b.slots) == k)
     med = {k: statistics.median(v) for k, v in samples.items()}
     return {"base_ms": med[0] * 1e3,
             **{f"{k}_adapters_ms": med[k] * 1e3 for k in configs[1:]},
@@ -233,8 +232,7 @@ def main() -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--rank", type=int, default=16)
-    p.add_argument("--rounds", type=int, default=5, help="step-time rounds (configs interleaved)")
-    p.add_argument("--steps", type=int, default=5, help="timed decode steps per round and config")
+    p.add_argument("--steps", type=int, default=30, help="timed decode steps per step-time configuration")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--requests", type=int, default=128)
     p.add_argument("--prompt-len", type=int, default=32)

@@ -16,8 +16,8 @@ weights it reads (measured on the 2-core VM: [22 slots, G, 576] x [576, 16] cost
 70 us at G=8, 96 us at G=16; the expand to 1536 columns 80, 186 and 605 us).
 
 Built on the host from the per-token slots the engine already holds, so no layer reads a device
-value back.  `apply_lora_plan` has the same semantics as `ref_lora_shrink` + `ref_lora_expand`,
-except that the math runs in the weights' dtype.
+value back.  `apply_lora_plan` has the same semantics as `ref_lora_shrink` + `ref_lora_expand`
+(with B given rank-major), except that the math runs in the weights' dtype.
 """
 
 from __future__ import annotations
@@ -90,20 +90,19 @@ def _heavy(slot: int, tokens: list[int], scale: float, device) -> HeavySlot:
     return HeavySlot(slot, float(scale), start, stop, rows)
 
 
-def apply_lora_plan(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
+def apply_lora_plan(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora_b_t: torch.Tensor,
                     plan: LoraPlan) -> torch.Tensor:
-    """In place: `y[t] += scaling[s] * x[t] @ lora_a[s]^T @ lora_b[s]^T` for every planned token t of
-    slot s. Layout as in `kernels.lora`: `lora_a [slots, rank, in]`, `lora_b [slots, out, rank]`
-    (rank slices allowed). `lora_b` is fastest as a transposed view of a rank-major buffer, so that
-    the expand reads `[slots, rank, out]` row by row. Returns y."""
+    """In place: `y[t] += scaling[s] * x[t] @ lora_a[s]^T @ lora_b_t[s]` for every planned token t of
+    slot s. `lora_a [slots, rank, in]` as in `kernels.lora`; B rank-major, `lora_b_t [slots, rank,
+    out]` (the kernels' `lora_b` transposed: the CPU's batched matmul reads it row by row, twice as
+    fast); rank slices of both allowed. Returns y."""
     if plan.rows is not None:
-        a, b = lora_a[plan.lo : plan.hi], lora_b[plan.lo : plan.hi]
         xg = x.index_select(0, plan.flat_rows).view(*plan.rows.shape, x.shape[1])
-        h = torch.bmm(xg, a.transpose(1, 2))  # [slots, group, rank]
-        delta = torch.bmm(h.mul_(plan.scale), b.transpose(1, 2))  # [slots, group, out]
+        h = torch.bmm(xg, lora_a[plan.lo : plan.hi].transpose(1, 2))  # [slots, group, rank]
+        delta = torch.bmm(h.mul_(plan.scale), lora_b_t[plan.lo : plan.hi])  # [slots, group, out]
         y.index_add_(0, plan.flat_rows, delta.view(-1, y.shape[1]))
     for s in plan.heavy:
-        a_t, b_t = lora_a[s.slot].t(), lora_b[s.slot].t()
+        a_t, b_t = lora_a[s.slot].t(), lora_b_t[s.slot]
         if s.rows is None:
             y[s.start : s.stop].addmm_(torch.mm(x[s.start : s.stop], a_t), b_t, alpha=s.scale)
         else:

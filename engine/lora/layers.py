@@ -53,11 +53,10 @@ class LoraLinear(nn.Module):
         ops, a, b_t = self.state.ops, self.lora_a, self.lora_b_t
         if ops.narrow_rank and batch.rank < self.state.max_rank:
             a, b_t = a[:, : batch.rank], b_t[:, : batch.rank]
-        b = b_t.transpose(1, 2)
         if batch.plan is not None:
-            return apply_lora_plan(y, x, a, b, batch.plan)
+            return apply_lora_plan(y, x, a, b_t, batch.plan)
         h = ops.shrink(x, a, batch.token_slot, groups=batch.groups)
-        return ops.expand(y, h, b, self.state.scaling, batch.token_slot, groups=batch.groups)
+        return ops.expand(y, h, b_t.transpose(1, 2), self.state.scaling, batch.token_slot, groups=batch.groups)
 
     def write(self, slot: int, ab: tuple[torch.Tensor, torch.Tensor] | None) -> None:
         """(Under no_grad: `LoraSlots` calls it.) Overwrite the whole slot: the adapter's (A, B^T) rows, zeros past its rank (or everywhere

@@ -32,7 +32,7 @@ def test_plan_matches_reference(case):
                                           mode, seed=num_tokens * 7 + num_slots)
     plan = plan_lora(slot.tolist(), scaling.tolist(), torch.float32, "cpu")
     expected = reference(y, x, a, b, scaling, slot, num_slots)
-    got = apply_lora_plan(y.clone(), x, a, b, plan)
+    got = apply_lora_plan(y.clone(), x, a, b.transpose(1, 2), plan)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     untouched = slot < 0
     assert torch.equal(got[untouched], y[untouched]), "rows without an adapter must not change"
@@ -42,7 +42,7 @@ def test_plan_matches_reference(case):
 
 def test_heavy_and_light_slots_together():
     """A prefill chunk (contiguous), a popular adapter's scattered decode rows, and light slots,
-    over weights in the engine's layout (B a transposed view of a rank-major buffer)."""
+    over weights in the engine's layout (B rank-major and contiguous)."""
     x, a, b, scaling, _, y = make_case(40, 6, 16, 48, 56, torch.float32, "decode", seed=6)
     popular = [1 if t % 3 == 0 else -1 for t in range(20)]  # 7 rows: light
     popular[1] = 4
@@ -55,8 +55,7 @@ def test_heavy_and_light_slots_together():
     heavy = {h.slot: h for h in plan.heavy}
     assert set(heavy) == {0, 1} and heavy[0].rows is None and heavy[1].rows is not None
     assert (plan.lo, plan.hi) == (2, 6)
-    b_view = b.transpose(1, 2).contiguous().transpose(1, 2)
-    got = apply_lora_plan(y.clone(), x, a, b_view, plan)
+    got = apply_lora_plan(y.clone(), x, a, b.transpose(1, 2).contiguous(), plan)
     torch.testing.assert_close(got, reference(y, x, a, b, scaling, slot, 6), atol=1e-5, rtol=1e-5)
     assert torch.equal(got[slot < 0], y[slot < 0])
 
@@ -66,7 +65,7 @@ def test_plan_over_rank_sliced_weights():
     x, a, b, scaling, slot, y = make_case(9, 4, 32, 48, 56, torch.float32, "decode", seed=3)
     a[:, 8:], b[:, :, 8:] = 0, 0
     plan = plan_lora(slot.tolist(), scaling.tolist(), torch.float32, "cpu")
-    got = apply_lora_plan(y.clone(), x, a[:, :8], b[:, :, :8], plan)
+    got = apply_lora_plan(y.clone(), x, a[:, :8], b.transpose(1, 2)[:, :8], plan)
     torch.testing.assert_close(got, reference(y, x, a, b, scaling, slot, 4), atol=1e-5, rtol=1e-5)
 
 
@@ -77,7 +76,7 @@ def test_sparse_slot_range_keeps_empty_slots_out():
     plan = plan_lora(slot.tolist(), scaling.tolist(), torch.float32, "cpu")
     assert (plan.lo, plan.hi) == (2, 6) and plan.rows.shape == (4, 2)
     assert plan.scale[1:3].abs().sum() == 0
-    got = apply_lora_plan(y.clone(), x, a, b, plan)
+    got = apply_lora_plan(y.clone(), x, a, b.transpose(1, 2), plan)
     torch.testing.assert_close(got, reference(y, x, a, b, scaling, slot, 8), atol=1e-5, rtol=1e-5)
 
 
