@@ -2,9 +2,8 @@
 
 Built from the scheduler's chunks in the same order `model_runner.build_batch` flattens them, so
 row t of the batch and `token_slot[t]` describe the same token. The torch path gets its per-step
-plan (`kernels.lora_plan`), built from the host list, so no layer reads the device; otherwise (the
-Triton kernels, or a batch the plan refuses) the tokens are grouped by slot once here, on the
-device, and every layer's LoRA op reuses the groups.
+plan (`kernels.lora_plan`), built from the host list, so no layer reads the device; the Triton
+kernels get the tokens grouped by slot once here, on the device, and every layer reuses the groups.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 `llmop.kernels.registry.get_lora_ops` picks Triton on CUDA and the torch reference elsewhere, so
 the engine holds no second implementation of the math. The layout they share: `lora_a [slots,
-max_rank, in]`, `lora_b [slots, out, max_rank]` (any strides), `scaling [slots]`, `token_slot [tokens]` (-1 =
-no adapter), and the token groups computed once per batch. The torch op also plans each step
-(`kernels.lora_plan`: five ops per layer whatever the number of adapters).
+max_rank, in]`, `lora_b [slots, out, max_rank]` (any strides), `scaling [slots]`, `token_slot
+[tokens]` (-1 = no adapter), and the token groups computed once per batch. The torch path instead
+plans each step (`kernels.lora_plan`: a few ops per layer whatever the number of adapters).
 """
 
 from __future__ import annotations
