@@ -102,3 +102,13 @@ def test_metrics_per_adapter_and_lora_requests_info(server, lora_kit):
     assert gen["attn-r8"] >= 9 * lora_kit.NEW_TOKENS
     states = {s.labels["state"]: s.value for s in fams["llmop_lora_adapters"].samples}
     assert sum(states.values()) == len(lora_kit.ADAPTERS)
+
+
+def test_every_documented_lora_metric_is_exposed(server):
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"`(llmop_lora_[a-z0-9_]+)`", doc))
+    exposed = {s.name for f in text_string_to_metric_families(httpx.get(server.url + "/metrics").text) for s in f.samples}
+    assert len(documented) >= 5 and documented <= exposed, documented - exposed
