@@ -23,7 +23,7 @@ is copied into a device slot on its own.
 from __future__ import annotations
 
 import argparse
-import bisect
+import itertools
 import json
 import random
 import statistics
@@ -116,20 +116,16 @@ def step_times(args) -> dict:
 def workload(args, names, seed=1):
     """(prompt, output length, adapter) per request, all arriving at once: adapters Zipf(alpha=1) over
     `names` in popularity order (S-LoRA's power law); prompt and output lengths uniform in [L/2, 3L/2]
-    (the same lengths for every `names`, given the seed)."""
+    (the same lengths and prompts for every `names`, given the seed: a draw is one random() each)."""
     rng = random.Random(seed)
-    weights = [1 / (i + 1) for i in range(len(names))]
+    cum = list(itertools.accumulate(1 / (i + 1) for i in range(len(names))))
     out = []
     for _ in range(args.requests):
         p = rng.randint(args.prompt_len // 2, args.prompt_len * 3 // 2)
         n = rng.randint(args.output_len // 2, args.output_len * 3 // 2)
-        u = rng.random()
-        out.append(([rng.randrange(100, 40000) for _ in range(p)], n, u))
-    cum, acc = [], 0.0
-    for w in weights:
-        acc += w
-        cum.append(acc / sum(weights))
-    return [(prompt, n, names[min(bisect.bisect_left(cum, u), len(names) - 1)]) for prompt, n, u in out]
+        adapter = rng.choices(names, cum_weights=cum)[0]
+        out.append(([rng.randrange(100, 40000) for _ in range(p)], n, adapter))
+    return out
 
 
 def lora_steps(eng, reqs, tag, seen):

@@ -4,7 +4,7 @@ Adapters sit stacked per slot: `lora_a [num_slots, max_rank, in_features]`, `lor
 out_features, max_rank]`, `scaling [num_slots]` (smaller ranks zero-padded), and every token names
 its slot in `token_slot [num_tokens]` (-1 = no adapter).  `lora_b` may have any strides: the engine
 stores it rank-major (`[slots, rank, out]`, passed as a transposed view), because the CPU's batched
-matmul streams `h @ B^T` twice as fast from that layout.
+matmul computes `h @ B^T` about twice as fast from that layout (weights in cache).
 
 Decode (one row per request, adapters mixed) and prefill (a contiguous segment per request) are one
 case here: the tokens are grouped by slot with a stable sort (`lora_token_groups`, on the device,

@@ -94,8 +94,8 @@ def apply_lora_plan(y: torch.Tensor, x: torch.Tensor, lora_a: torch.Tensor, lora
                     plan: LoraPlan) -> torch.Tensor:
     """In place: `y[t] += scaling[s] * x[t] @ lora_a[s]^T @ lora_b_t[s]` for every planned token t of
     slot s. `lora_a [slots, rank, in]` as in `kernels.lora`; B rank-major, `lora_b_t [slots, rank,
-    out]` (the kernels' `lora_b` transposed: the CPU's batched matmul reads it row by row, twice as
-    fast); rank slices of both allowed. Returns y."""
+    out]` (the kernels' `lora_b` transposed, which the CPU's batched matmul reads row by row);
+    rank slices of both allowed. Returns y."""
     if plan.rows is not None:
         xg = x.index_select(0, plan.flat_rows).view(*plan.rows.shape, x.shape[1])
         h = torch.bmm(xg, lora_a[plan.lo : plan.hi].transpose(1, 2))  # [slots, group, rank]

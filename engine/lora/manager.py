@@ -74,7 +74,7 @@ class LoraManager:
             raise ValueError("LoRA is disabled: max_loras is 0")
         self.state = LoraState(c.max_loras, c.max_lora_rank, get_lora_ops(c.lora_backend, self.device), self.device)
         self.slots = apply_lora(self.model, self.model_config.num_layers, self.state)
-        self.registry = AdapterRegistry(c.max_loras, c.max_cpu_loras, self.read, self.slots.write, self.slots.clear)
+        self.registry = AdapterRegistry(c.max_loras, c.max_cpu_loras, self.read, self.slots.write)
         self.queue = FairAdapterQueue(self.eligible)
         for req in list(self.scheduler.waiting):
             self.queue.push(req)

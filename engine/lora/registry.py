@@ -4,7 +4,7 @@ Two tiers, as in S-LoRA and vLLM: at most `max_slots` adapters resident in devic
 forward pass can use) and at most `max_host` kept in host memory (resident ones included); the
 rest stay registered on disk and are read again on demand. Both tiers evict the least recently
 used adapter that is neither pinned nor in use by a running request. Plain Python over three
-callables (read from disk, write a slot, clear a slot), so it is tested without a model.
+callables (read from disk, write a slot), so it is tested without a model.
 """
 
 from __future__ import annotations
@@ -55,16 +55,16 @@ class _Entry:
 
 class AdapterRegistry:
     """`load(name, source) -> adapter` may raise (the adapter is then FAILED with the message);
-    `write_slot(slot, adapter)` / `clear_slot(slot)` move weights in and out of the device; a write
-    overwrites the whole slot, so a slot taken from an evicted adapter is not cleared first.
+    `write_slot(slot, adapter)` puts an adapter into a device slot, overwriting all of it, so a freed
+    slot is never cleared: what it holds is unread until the next write.
     `max_host` 0 = no host limit. Not thread-safe: the engine thread owns it."""
 
     def __init__(self, max_slots: int, max_host: int, load: Callable[[str, str], object],
-                 write_slot: Callable[[int, object], None], clear_slot: Callable[[int], None]):
+                 write_slot: Callable[[int, object], None]):
         if max_slots < 1:
             raise ValueError("max_slots must be >= 1")
         self.max_slots, self.max_host = max_slots, max_host
-        self._load, self._write, self._clear = load, write_slot, clear_slot
+        self._load, self._write = load, write_slot
         self._entries: dict[str, _Entry] = {}
         self._slots: list[str | None] = [None] * max_slots
         self._clock = itertools.count(1)
@@ -163,13 +163,11 @@ class AdapterRegistry:
             raise AdapterConflict(f"all {self.max_slots} adapter slots are pinned or in use")
         victim = min(victims, key=lambda v: v.last_used)
         slot = victim.slot
-        self._drop_slot(victim, clear=False)  # the caller writes the whole slot next
+        self._drop_slot(victim)
         return slot
 
-    def _drop_slot(self, e: _Entry, clear: bool = True) -> None:
+    def _drop_slot(self, e: _Entry) -> None:
         if e.slot is not None:
-            if clear:
-                self._clear(e.slot)
             self._slots[e.slot] = None
             e.slot = None
             e.state = AdapterState.CPU if e.host is not None else e.state

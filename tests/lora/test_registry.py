@@ -20,13 +20,10 @@ class Tiers:
     def write(self, slot, adapter):
         self.slots[slot] = adapter
 
-    def clear(self, slot):
-        self.slots.pop(slot, None)
-
 
 def make(max_slots=2, max_host=3, fail=()):
     t = Tiers(fail)
-    return AdapterRegistry(max_slots, max_host, t.load, t.write, t.clear), t
+    return AdapterRegistry(max_slots, max_host, t.load, t.write), t
 
 
 def resident(reg):
@@ -93,7 +90,8 @@ def test_remove_is_refused_while_in_use_and_frees_the_slot():
     with pytest.raises(AdapterConflict, match="in use"):
         reg.remove("a", in_use={"a"})
     reg.remove("a", in_use=set())
-    assert t.slots == {} and reg.infos() == []
+    assert reg.infos() == []
     reg.add("b", "/b")
+    assert reg.ensure_resident(["b"], in_use=set()) == {"b": 0} and t.slots == {0: "weights-of-b"}
     with pytest.raises(AdapterConflict, match="exists"):
         reg.add("b", "/b")
