@@ -6,7 +6,10 @@ time (on a subset; its rate is per token) and HF static batches of 16 with left 
 running until its longest member is done (only the tokens each request asked for count).
 Also: single-request decode tok/s and time to first token for a 128-token prompt.
 
-    .venv/bin/python -P bench/throughput.py [--requests 64] [--dtype float32] [--skip-hf]
+    .venv/bin/python -P bench/throughput.py [--requests 64] [--dtype auto] [--quantization int8] [--skip-hf]
+
+`--dtype auto` is the engine's choice for this machine (bf16 with AVX-512 BF16/AMX, else fp32); HF
+runs in the same resolved dtype, which is its fastest here too.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ def workload(n: int, vocab: int, seed: int = 0) -> list[tuple[list[int], int]]:
     return out
 
 
-def bench_llmop(reqs, dtype: str, max_num_seqs: int, max_num_batched_tokens: int = 1024) -> dict:
+def bench_llmop(reqs, dtype: str, max_num_seqs: int, max_num_batched_tokens: int = 1024,
+                quantization: str = "none") -> dict:
     from llmop.engine.llm import LLM
     from llmop.engine.sampling_params import SamplingParams
 
     llm = LLM(None, dtype=dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-              kv_cache_memory_bytes=2 << 30)
+              kv_cache_memory_bytes=2 << 30, quantization=quantization)
     llm.generate([reqs[0][0][:32]], SamplingParams(max_tokens=4, temperature=0.0))  # warm-up
     occupancy = []
 
@@ -110,17 +114,24 @@ def bench_hf_static(model, reqs, batch: int = 16) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=64)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    ap.add_argument("--quantization", default="none", choices=["none", "int8"])
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--max-num-batched-tokens", type=int, default=1024)
     ap.add_argument("--hf-single-requests", type=int, default=6)
     ap.add_argument("--skip-hf", action="store_true")
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
+    if args.dtype == "auto":
+        from llmop.engine.device_caps import auto_dtype
+
+        args.dtype = str(auto_dtype(torch.device("cpu"))[0]).removeprefix("torch.")
     reqs = workload(args.requests, vocab=49152)
     result = {"workload": {"requests": len(reqs), "prompt_tokens": sum(len(p) for p, _ in reqs),
-                           "gen_tokens": sum(o for _, o in reqs), "dtype": args.dtype}}
-    result["llmop"] = bench_llmop(reqs, args.dtype, args.max_num_seqs, args.max_num_batched_tokens)
+                           "gen_tokens": sum(o for _, o in reqs), "dtype": args.dtype,
+                           "quantization": args.quantization, "threads": args.threads}}
+    result["llmop"] = bench_llmop(reqs, args.dtype, args.max_num_seqs, args.max_num_batched_tokens, args.quantization)
     print(json.dumps(result, indent=1), flush=True)
     if not args.skip_hf:
         model = load_hf(args.dtype)

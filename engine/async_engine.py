@@ -32,6 +32,8 @@ class _Add:
     adapter: str | None
     arrival_time: float
     sink: "_Sink"
+    cache_salt: str | None = None
+    share_prompt_with: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,11 +89,12 @@ class AsyncEngine:
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                        priority: int = 0, adapter: str | None = None,
-                       arrival_time: float | None = None) -> AsyncIterator[RequestOutput]:
+                       arrival_time: float | None = None, cache_salt: str | None = None,
+                       share_prompt_with: str | None = None) -> AsyncIterator[RequestOutput]:
         """Stream the request's outputs; leaving the iteration early aborts the request."""
         sink = _Sink(asyncio.get_running_loop())
         self._inbox.put(_Add(request_id, list(prompt_token_ids), params, priority, adapter,
-                             arrival_time or time.monotonic(), sink))
+                             arrival_time or time.monotonic(), sink, cache_salt, share_prompt_with))
         finished = False
         try:
             while True:
@@ -126,7 +129,7 @@ class AsyncEngine:
         if isinstance(cmd, _Add):
             try:
                 eng.add_request(cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.priority,
-                                cmd.adapter, cmd.arrival_time)
+                                cmd.adapter, cmd.arrival_time, cmd.cache_salt, cmd.share_prompt_with)
                 self._sinks[cmd.request_id] = cmd.sink
             except Exception as e:  # invalid request: the caller gets the error, the loop goes on
                 cmd.sink.put(e)

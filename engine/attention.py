@@ -58,13 +58,18 @@ class AttentionBackend(Protocol):
     ) -> torch.Tensor: ...
 
 
-def get_attention_backend(name: str, device: torch.device) -> AttentionBackend:
+def resolve_attention_backend(name: str, device: torch.device) -> str:
     """"torch" (the kernels' torch references, the CPU path), "triton" (the GPU kernels), or
     "auto": Triton on CUDA, torch otherwise."""
     if name == "auto":
         name = "triton" if device.type == "cuda" else "torch"
     if name not in ("torch", "triton"):
         raise ValueError(f"unknown attention backend {name!r}")
+    return name
+
+
+def get_attention_backend(name: str, device: torch.device) -> AttentionBackend:
+    """The backend `resolve_attention_backend` names."""
     from llmop.engine.attention_kernels import KernelAttentionBackend
 
-    return KernelAttentionBackend(name)
+    return KernelAttentionBackend(resolve_attention_backend(name, device))

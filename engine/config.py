@@ -31,7 +31,12 @@ class EngineConfig(BaseModel):
         None, description="HF checkpoint directory or GGUF file; None means the embedded SmolLM2-135M"
     )
     served_model_name: str | None = Field(None, description="Name clients use in `model`")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bfloat16 on CUDA and on CPUs with AVX-512 BF16 or AMX, else float32"
+    )
+    quantization: Literal["none", "int8"] = Field(
+        "none", description="int8: linear layers' weights stored as int8 with per-channel scales (weight-only)"
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     tensor_parallel_size: int = Field(1, ge=1)
     seed: int = 0
@@ -43,11 +48,18 @@ class EngineConfig(BaseModel):
 
     # KV cache: a byte budget, or a fraction of free device memory (CPU: of available RAM).
     block_size: int = Field(16, ge=1, le=256)
-    kv_cache_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="KV cache dtype; auto: the model's dtype"
+    kv_cache_dtype: Literal["auto", "float32", "bfloat16", "float16", "fp8_e4m3"] = Field(
+        "auto", description="KV cache dtype; auto: the model's dtype; fp8_e4m3 needs the Triton attention kernels"
     )
     kv_cache_memory_bytes: int | None = Field(None, ge=1)
     kv_cache_memory_fraction: float = Field(0.2, gt=0.0, le=0.95)
+    enable_prefix_caching: bool = Field(
+        True, description="Reuse the KV of prompt prefixes computed for earlier requests (same adapter and cache_salt)"
+    )
+    prefix_caching_hash: Literal["sha256", "xxh3_128"] = Field(
+        "sha256", description="Hash naming cached blocks; xxh3_128 is faster, needs the xxhash package, and is not "
+        "collision-resistant against crafted prompts"
+    )
 
     # Backends, chosen by name; "auto" picks Triton on CUDA and torch on the CPU.
     attention_backend: Literal["auto", "torch", "triton"] = "auto"

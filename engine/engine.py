@@ -10,20 +10,27 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 
 import torch
 
-from llmop.engine.attention import get_attention_backend
+from llmop.engine.attention import get_attention_backend, resolve_attention_backend
+from llmop.engine.block_hash import BlockHasher, get_hash_fn
 from llmop.engine.block_manager import BlockManager
 from llmop.engine.checkpoint import Checkpoint, load_state_dict, open_checkpoint
 from llmop.engine.config import EngineConfig
 from llmop.engine.detokenizer import IncrementalDetokenizer
-from llmop.engine.kv_cache import KVCacheSpec, allocate_kv_cache, available_memory, plan_kv_cache
+from llmop.engine.device_caps import resolve_device, resolve_dtype
+from llmop.engine.grammar.compiler import GrammarCompiler
+from llmop.engine.grammar.matcher import GrammarMatcher, fill_bitmasks
+from llmop.engine.kv_cache import KVCacheSpec, allocate_kv_cache, available_memory, plan_kv_cache, resolve_kv_dtype
 from llmop.engine.lora.manager import LoraManager
 from llmop.engine.model import build_model
 from llmop.engine.model_runner import ModelRunner
+from llmop.engine.quantization import quantize_int8
 from llmop.engine.outputs import RequestOutput, TokenLogprob
+from llmop.engine.prefix_cache import PrefixCache
 from llmop.engine.request import Request
 from llmop.engine.sampler import SampleRow
 from llmop.engine.sampling_params import SamplingParams
@@ -32,26 +39,13 @@ from llmop.engine.tokenizer import TextTokenizer
 
 log = logging.getLogger("llmop.engine")
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return _DTYPES[name]
-
 
 @dataclass
 class _Tracked:
     request: Request
     detok: IncrementalDetokenizer
     generator: torch.Generator | None
+    grammar: GrammarMatcher | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +56,8 @@ class EngineStats:
     num_total_blocks: int
     num_preemptions: int
     oldest_waiting_arrival: float | None
+    prefix_cache_queries: int = 0  # prompt tokens looked up at first admission
+    prefix_cache_hits: int = 0  # of those, tokens not computed (cached, or shared by n > 1 choices)
 
 
 class LLMEngine:
@@ -70,36 +66,49 @@ class LLMEngine:
         self.config = config
         t0 = time.monotonic()
         self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.dtype, dtype_reason = resolve_dtype(config.dtype, self.device)
+        log.info("dtype %s (%s: %s)", str(self.dtype).removeprefix("torch."), config.dtype, dtype_reason)
+        self.kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, self.dtype,
+                                         resolve_attention_backend(config.attention_backend, self.device))
         self.checkpoint: Checkpoint = open_checkpoint(config.model)
         self.model_name = config.served_model_name or self.checkpoint.name
         mcfg = self.checkpoint.config
         self.tokenizer = TextTokenizer(self.checkpoint)
         self.model = build_model(mcfg, load_state_dict(self.checkpoint, self.dtype), self.dtype,
                                  self.device, max_positions=mcfg.max_position_embeddings)
+        if config.quantization == "int8":
+            log.info("int8 weights: %d linear layers quantized per channel", quantize_int8(self.model, self.dtype))
 
         budget = config.kv_cache_memory_bytes or int(config.kv_cache_memory_fraction * available_memory(self.device))
-        self.kv_spec: KVCacheSpec = plan_kv_cache(mcfg, self.dtype, config.block_size, budget)
+        self.kv_spec: KVCacheSpec = plan_kv_cache(mcfg, self.kv_dtype, config.block_size, budget)
         limit = min(mcfg.max_position_embeddings, mcfg.sliding_window or mcfg.max_position_embeddings)
         self.max_model_len = min(config.max_model_len or limit, limit, self.kv_spec.num_tokens)
-        self.blocks = BlockManager(self.kv_spec.num_blocks, config.block_size)
+        self.blocks = BlockManager(self.kv_spec.num_blocks, config.block_size, config.enable_prefix_caching)
+        hasher = BlockHasher(config.block_size, get_hash_fn(config.prefix_caching_hash))
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_num_seqs, max(config.max_num_batched_tokens, config.max_num_seqs),
                             self.max_model_len),
             self.blocks,
+            PrefixCache(self.blocks, hasher),
         )
-        kv = allocate_kv_cache(mcfg, self.kv_spec, self.dtype, self.device)
+        kv = allocate_kv_cache(mcfg, self.kv_spec, self.kv_dtype, self.device)
         self.runner = ModelRunner(self.model, kv, get_attention_backend(config.attention_backend, self.device),
                                   self.device, self.tokenizer.eos_token_ids, config.seed)
         self._tracked: dict[str, _Tracked] = {}
+        self.vocab_size = mcfg.vocab_size
+        self.grammars = GrammarCompiler(self.tokenizer, mcfg.vocab_size)
+        # Requests whose grammar is still compiling (on the compiler's threads): they join the
+        # scheduler when it is ready, so they wait without holding up anyone else.
+        self._compiling: dict[str, tuple[_Tracked, Future]] = {}
         self.lora = LoraManager(config, self.model, mcfg, self.device, self.dtype, self.scheduler)
         for a in config.adapters:
             self.lora.add(a.name, a.source, a.pinned)
         self.load_seconds = time.monotonic() - t0
         log.info(
-            "engine ready: model=%s dtype=%s device=%s load=%.1fs | KV cache: %d blocks x %d tokens = %d tokens "
+            "engine ready: model=%s dtype=%s device=%s load=%.1fs | KV cache (%s): %d blocks x %d tokens = %d tokens "
             "(%.1f MiB); max_model_len=%d -> %d concurrent sequences at full length",
             self.model_name, str(self.dtype).removeprefix("torch."), self.device, self.load_seconds,
+            str(self.kv_dtype).removeprefix("torch."),
             self.kv_spec.num_blocks, self.kv_spec.block_size, self.kv_spec.num_tokens,
             self.kv_spec.num_blocks * self.kv_spec.bytes_per_block / 2**20, self.max_model_len,
             self.kv_spec.max_concurrent_seqs(self.max_model_len),
@@ -108,7 +117,11 @@ class LLMEngine:
     # --- requests ---------------------------------------------------------------------------------
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    priority: int = 0, adapter: str | None = None, arrival_time: float | None = None) -> Request:
+                    priority: int = 0, adapter: str | None = None, arrival_time: float | None = None,
+                    cache_salt: str | None = None, share_prompt_with: str | None = None) -> Request:
+        """Queue a request. `cache_salt`: it shares cached KV only with requests of the same salt.
+        `share_prompt_with`: the id of an earlier request with the same prompt (another choice of one
+        OpenAI request); this one waits until that one has computed the prompt and then shares it."""
         if request_id in self._tracked:
             raise ValueError(f"duplicate request id {request_id!r}")
         if not prompt_token_ids:
@@ -118,22 +131,66 @@ class LLMEngine:
                 f"prompt ({len(prompt_token_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds "
                 f"max_model_len {self.max_model_len} by {len(prompt_token_ids) + params.max_tokens - self.max_model_len}"
             )
+        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
+        params.check_vocab(self.vocab_size)
         self.lora.check_request(adapter)
-        req = Request(request_id, list(prompt_token_ids), params, priority=priority, adapter=adapter)
+        grammar = self.grammars.submit(params.grammar) if params.grammar is not None else None
+        if grammar is not None and grammar.done() and grammar.exception() is not None:
+            raise grammar.exception()  # a GrammarError (ValueError): the caller's 400
+        req = Request(request_id, list(prompt_token_ids), params, priority=priority, adapter=adapter,
+                      cache_salt=cache_salt, prompt_leader=self._leader(share_prompt_with, prompt_token_ids,
+                                                                        adapter, cache_salt))
         if arrival_time is not None:
             req.times.arrival = arrival_time
         gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
         detok = IncrementalDetokenizer(self.tokenizer, req.prompt_token_ids, params.stop,
                                        params.skip_special_tokens, params.include_stop_str_in_output)
-        self._tracked[request_id] = _Tracked(req, detok, gen)
-        self.scheduler.add(req)
+        tracked = _Tracked(req, detok, gen)
+        self._tracked[request_id] = tracked
+        if grammar is None:
+            self.scheduler.add(req)
+        else:
+            self._compiling[request_id] = (tracked, grammar)
+            self._admit_compiled()
         return req
+
+    def _leader(self, request_id: str | None, prompt: list[int], adapter: str | None,
+                cache_salt: str | None) -> Request | None:
+        """The running or waiting request a new one may share its prompt with (None: none fits)."""
+        t = self._tracked.get(request_id) if request_id is not None else None
+        if t is None:
+            return None
+        r = t.request
+        if r.prompt_token_ids != list(prompt) or r.adapter != adapter or r.cache_salt != cache_salt:
+            raise ValueError(f"share_prompt_with {request_id!r}: that request has another prompt, adapter or salt")
+        return r
+
+    def _admit_compiled(self) -> list[RequestOutput]:
+        """Requests whose grammar finished compiling join the scheduler; those whose grammar
+        failed end with error "invalid_grammar" and the grammar engine's message."""
+        failed = []
+        for rid, (t, fut) in list(self._compiling.items()):
+            if not fut.done():
+                continue
+            del self._compiling[rid]
+            if fut.exception() is None:
+                t.grammar = GrammarMatcher(fut.result())
+                self.scheduler.add(t.request)
+                continue
+            del self._tracked[rid]
+            self.scheduler.finish(t.request, "abort")
+            failed.append(dataclasses.replace(self._output(t, (), "", ()), error="invalid_grammar",
+                                              error_message=str(fut.exception())))
+        return failed
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now and free its blocks; returns its final output, None if unknown."""
         t = self._tracked.pop(request_id, None)
         if t is None:
             return None
+        self._compiling.pop(request_id, None)
         self.scheduler.finish(t.request, "abort")
         return self._output(t, (), "", ())
 
@@ -148,6 +205,7 @@ class LLMEngine:
         outs = []
         for t in ended:
             del self._tracked[t.request.request_id]
+            self._compiling.pop(t.request.request_id, None)
             self.scheduler.finish(t.request, "abort")
             outs.append(dataclasses.replace(self._output(t, (), "", ()), error=error,
                                             error_message=message(t.request)))
@@ -167,19 +225,24 @@ class LLMEngine:
 
     def stats(self) -> EngineStats:
         s = self.scheduler
-        return EngineStats(len(s.waiting), len(s.running), self.blocks.pool.num_free,
-                           self.blocks.pool.num_blocks, s.num_preemptions, s.oldest_waiting_arrival())
+        return EngineStats(s.num_waiting, len(s.running), self.blocks.pool.num_free,
+                           self.blocks.pool.num_blocks, s.num_preemptions, s.oldest_waiting_arrival(),
+                           s.prefix.queries, s.prefix.hits)
 
     # --- the step ---------------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        if self._compiling and not self.scheduler.has_work():
+            # Nothing else to run: wait (briefly, so aborts and new requests are still seen) for a grammar.
+            wait([f for _, f in self._compiling.values()], timeout=0.05, return_when=FIRST_COMPLETED)
+        compiled = self._admit_compiled()
         out = self.scheduler.schedule()
-        failed = self._fail_unservable()
+        failed = compiled + self._fail_unservable()
         if out.is_empty:
             return failed
         out = self.lora.begin_step(out)
         completing = [c for c in out.chunks if c.completes]
-        rows = [self._sample_row(self._tracked[c.request.request_id]) for c in completing]
+        rows = self._sample_rows([self._tracked[c.request.request_id] for c in completing])
         result = self.runner.execute(out, self.blocks, rows)
         self.scheduler.commit(out)
         if result is None:
@@ -190,10 +253,13 @@ class LLMEngine:
             outputs.append(self._postprocess(self._tracked[c.request.request_id], token, lp, now))
         return outputs
 
-    def _sample_row(self, t: _Tracked) -> SampleRow:
-        r = t.request
-        return SampleRow(r.params, t.generator, r.prompt_token_ids, r.output_token_ids,
-                         block_eos=len(r.output_token_ids) < r.params.min_tokens)
+    def _sample_rows(self, tracked: list[_Tracked]) -> list[SampleRow]:
+        with_grammar = [t for t in tracked if t.grammar is not None]
+        masks = dict(zip(map(id, with_grammar), fill_bitmasks([t.grammar for t in with_grammar], self.vocab_size)))
+        return [SampleRow(t.request.params, t.generator, t.request.prompt_token_ids, t.request.output_token_ids,
+                          block_eos=len(t.request.output_token_ids) < t.request.params.min_tokens,
+                          token_bitmask=masks.get(id(t)))
+                for t in tracked]
 
     def _postprocess(self, t: _Tracked, token: int, lp, now: float) -> RequestOutput:
         r, p = t.request, t.request.params
@@ -208,6 +274,8 @@ class LLMEngine:
             reason, stop_reason = "stop", t.detok.stopped_by
         elif is_stop_id:
             reason, stop_reason = "stop", token
+        elif t.grammar is not None and (not t.grammar.accept(token) or t.grammar.is_terminated):
+            reason = "stop"  # the grammar is complete (or, never expected, refused the sampled token)
         elif len(r.output_token_ids) >= p.max_tokens or r.num_tokens >= self.max_model_len:
             reason = "length"
         logprobs = (TokenLogprob(token, lp[0], tuple(lp[1])),) if lp is not None else ()
@@ -228,6 +296,7 @@ class LLMEngine:
             finished=reason is not None,
             finish_reason=reason,
             num_prompt_tokens=r.num_prompt_tokens,
+            num_cached_tokens=r.num_cached_tokens,
             num_output_tokens=len(r.output_token_ids),
             logprobs=logprobs,
             stop_reason=stop_reason,

@@ -1,4 +1,11 @@
-"""Sizing and allocating the paged KV cache from a memory budget."""
+"""Sizing and allocating the paged KV cache from a memory budget, in the configured KV dtype.
+
+`kv_cache_dtype: auto` stores the cache in the model's dtype; bfloat16/float16/float32 store it so
+whatever the model computes in (the attention ops convert tiles as they read them); fp8_e4m3 stores
+one byte per value, divided by a per-tensor scale (1.0 until calibrated scales exist), read only by
+the Triton kernels (CUDA, or the interpreter in tests). Bytes per token follow the dtype, so the
+operator's sizing (`operator/sizing`) and `plan_kv_cache` count the same blocks.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,23 @@ from dataclasses import dataclass
 import torch
 
 from llmop.engine.model_config import ModelConfig
+
+
+KV_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+             "fp8_e4m3": torch.float8_e4m3fn}
+
+
+def resolve_kv_dtype(name: str, model_dtype: torch.dtype, attention_backend: str) -> torch.dtype:
+    """The cache dtype for `kv_cache_dtype`; ValueError for fp8 without the Triton kernels
+    (`attention_backend` is the resolved name, "torch" or "triton")."""
+    if name == "auto":
+        return model_dtype
+    if name not in KV_DTYPES:
+        raise ValueError(f"unknown kv_cache_dtype {name!r}; choose auto or one of {sorted(KV_DTYPES)}")
+    if name == "fp8_e4m3" and attention_backend != "triton":
+        raise ValueError("kv_cache_dtype fp8_e4m3 needs the Triton attention kernels (CUDA); the CPU's "
+                         "torch attention would convert every layer's context each step: use bfloat16")
+    return KV_DTYPES[name]
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,20 @@ def build_batch(out: SchedulerOutput, blocks: BlockManager, device: torch.device
     return BatchInputs(t(ids, torch.long), t(positions, torch.long), meta, t(logits_idx, torch.long))
 
 
+def copy_blocks(kv_caches, copies: tuple[tuple[int, int], ...], device: torch.device) -> None:
+    """Copy-on-write before a step: block `dst` gets block `src`'s keys and values in every layer
+    (a choice of an n > 1 request starting from its leader's partial last prompt block)."""
+    if not copies:
+        return
+    src = torch.tensor([s for s, _ in copies], dtype=torch.long, device=device)
+    dst = torch.tensor([d for _, d in copies], dtype=torch.long, device=device)
+    with torch.inference_mode():
+        for layer in kv_caches:
+            for cache in layer:
+                raw = cache.view(torch.uint8) if cache.element_size() == 1 else cache  # fp8: copy the bytes
+                raw.index_copy_(0, dst, raw.index_select(0, src))
+
+
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, kv_caches, backend: AttentionBackend,
                  device: torch.device, eos_ids: tuple[int, ...], seed: int = 0):
@@ -88,6 +102,7 @@ class ModelRunner:
 
     def execute(self, out: SchedulerOutput, blocks: BlockManager, rows: list[SampleRow]) -> SampleResult | None:
         """Run the step; `rows` describe, in order, the chunks that complete (and so sample)."""
+        copy_blocks(self.kv_caches, out.block_copies, self.device)
         batch = build_batch(out, blocks, self.device)
         logits = self.logits(batch)
         if not rows:

@@ -23,6 +23,7 @@ class RequestOutput:
     finish_reason: str | None  # "stop", "length", "abort", or None while running
     num_prompt_tokens: int
     num_output_tokens: int
+    num_cached_tokens: int = 0  # prompt tokens it did not compute (prefix cache, or shared with choice 0)
     logprobs: tuple[TokenLogprob, ...] = ()
     stop_reason: str | int | None = None  # the stop string or token id that ended it
     # Monotonic timestamps from the request's clock (see request.RequestTimes).

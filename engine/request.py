@@ -41,11 +41,15 @@ class Request:
     params: SamplingParams
     priority: int = 0  # smaller runs first, as in vLLM; ties go to the earlier arrival
     adapter: str | None = None
+    cache_salt: str | None = None  # requests share cached KV only under the same adapter and salt
+    prompt_leader: "Request | None" = field(default=None, repr=False)  # an earlier choice of the same prompt
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     status: RequestStatus = RequestStatus.WAITING
     finish_reason: str | None = None
     num_preemptions: int = 0
+    num_cached_tokens: int = 0  # prompt tokens not computed at its first admission (prefix cache, n > 1)
+    block_hashes: list[bytes] = field(default_factory=list, repr=False)  # names of its full blocks
     times: RequestTimes = field(default_factory=RequestTimes)
     arrival_seq: int = field(default_factory=lambda: next(_arrival_counter))
 

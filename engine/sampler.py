@@ -1,8 +1,11 @@
 """Choosing the next token of every sequence in the batch from its logits.
 
-Penalties, temperature, top-k, top-p and min-p are applied to the whole batch as tensors. A
-seeded request draws its randomness from its own generator, so its output does not depend on what
-else is in the batch; unseeded rows share the engine's generator.
+Logit bias, grammar masks, penalties, temperature, top-k, top-p and min-p are applied to the whole
+batch as tensors. A seeded request draws its randomness from its own generator, so its output does
+not depend on what else is in the batch; unseeded rows share the engine's generator.
+
+Grammar rows carry a packed token bitmask (bit t % 32 of word t // 32: token t allowed), filled by
+their matcher on the engine thread; `apply_token_bitmask` is applied where sampling happens.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class SampleRow:
     prompt_token_ids: Sequence[int]
     output_token_ids: Sequence[int]
     block_eos: bool  # min_tokens not reached: EOS and stop ids may not be sampled
+    token_bitmask: torch.Tensor | None = None  # [ceil(vocab / 32)] int32: the grammar's allowed tokens
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,32 @@ class SampleResult:
     token_ids: list[int]
     # Per row: (sampled token's logprob, [(token id, logprob) of the top N]) or None.
     logprobs: list[tuple[float, list[tuple[int, float]]] | None]
+
+
+def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[rows, words] int32 packed bits → [rows, vocab_size] bool (True: allowed)."""
+    if bitmask.shape[-1] * 32 < vocab_size:
+        raise ValueError(f"a bitmask of {bitmask.shape[-1]} words cannot cover {vocab_size} tokens")
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    bits = (bitmask.unsqueeze(-1) >> shifts) & 1  # arithmetic shift: bit 31 of a negative word is still 1
+    return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].bool()
+
+
+def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: Sequence[int]) -> None:
+    """Set to −inf, in place, the logits of `rows` whose token is not allowed by that row's packed
+    bitmask (`bitmask[j]` belongs to `rows[j]`); other rows are untouched. Runs on the logits' device."""
+    if not len(rows):
+        return
+    allowed = unpack_bitmask(bitmask.to(logits.device, non_blocking=True), logits.shape[1])
+    idx = torch.as_tensor(rows, dtype=torch.long, device=logits.device)
+    logits[idx] = logits[idx].masked_fill(~allowed, float("-inf"))
+
+
+def _apply_logit_bias(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
+    for i, row in enumerate(rows):
+        if row.params.logit_bias:
+            ids, bias = zip(*row.params.logit_bias)
+            logits[i, list(ids)] += torch.tensor(bias, dtype=logits.dtype)
 
 
 def _apply_penalties(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
@@ -53,7 +83,7 @@ def _filter(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
     """Temperature, then top-k, top-p and min-p as masks (−inf outside the kept set)."""
     temps = torch.tensor([max(r.params.temperature, 1e-5) for r in rows], dtype=logits.dtype)
     logits = logits / temps[:, None]
-    top_k = [r.params.top_k for r in rows]
+    top_k = [min(r.params.top_k, logits.shape[1]) for r in rows]
     top_p = [r.params.top_p for r in rows]
     min_p = [r.params.min_p for r in rows]
     if any(k > 0 for k in top_k) or any(p < 1.0 for p in top_p):
@@ -81,9 +111,13 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], eos_ids: Sequence[in
     want_logprobs = any(r.params.logprobs is not None for r in rows)
     raw_logprobs = logits.log_softmax(dim=-1) if want_logprobs else None
     for i, row in enumerate(rows):
-        if row.block_eos:
+        if row.block_eos and row.token_bitmask is None:  # a grammar row ends when its grammar says so
             banned = [t for t in (*eos_ids, *row.params.stop_token_ids) if t < logits.shape[1]]
             logits[i, banned] = float("-inf")
+    _apply_logit_bias(logits, rows)
+    grammar_rows = [i for i, r in enumerate(rows) if r.token_bitmask is not None]
+    if grammar_rows:
+        apply_token_bitmask(logits, torch.stack([rows[i].token_bitmask for i in grammar_rows]), grammar_rows)
     _apply_penalties(logits, rows)
 
     greedy = torch.tensor([r.params.greedy for r in rows])

@@ -2,7 +2,8 @@
 
 Each step first continues the running requests (decodes and unfinished prefill chunks) under the
 token budget, preempting the least important running request (by recompute) when KV blocks run
-out; then admits waiting requests while the budget, `max_num_seqs` and free blocks allow. Plain
+out; then admits waiting requests while the budget, `max_num_seqs` and free blocks allow, each
+starting after the longest prefix it need not compute (`prefix_cache.PrefixCache`). Plain
 Python: tested without a model.
 """
 
@@ -13,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from llmop.engine.block_manager import BlockManager
+from llmop.engine.prefix_cache import PrefixCache
 from llmop.engine.request import Request, RequestStatus
 
 
@@ -40,6 +42,7 @@ class ScheduledChunk:
 class SchedulerOutput:
     chunks: tuple[ScheduledChunk, ...]
     preempted: tuple[Request, ...]
+    block_copies: tuple[tuple[int, int], ...] = ()  # (source, destination) blocks to copy before the step
 
     @property
     def num_batched_tokens(self) -> int:
@@ -81,29 +84,37 @@ class WaitingQueue:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, blocks: BlockManager):
+    def __init__(self, config: SchedulerConfig, blocks: BlockManager, prefix: PrefixCache | None = None):
         self.config = config
         self.blocks = blocks
+        self.prefix = prefix if prefix is not None else PrefixCache(blocks, None)
         self.waiting = WaitingQueue()
         self.running: list[Request] = []
         self.num_preemptions = 0
 
     def add(self, request: Request) -> None:
         request.status = RequestStatus.WAITING
-        self.waiting.push(request)
+        if not self.prefix.park(request):
+            self.waiting.push(request)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting) + self.prefix.num_parked
 
     def has_work(self) -> bool:
         return bool(self.running) or len(self.waiting) > 0
 
     def oldest_waiting_arrival(self) -> float | None:
         """Arrival time of the request waiting longest for its first schedule (None if none)."""
-        first = [r.times.arrival for r in self.waiting if r.times.first_scheduled is None]
+        first = [r.times.arrival for q in (self.waiting, self.prefix.parked()) for r in q
+                 if r.times.first_scheduled is None]
         return min(first) if first else None
 
     def schedule(self) -> SchedulerOutput:
         budget = self.config.max_num_batched_tokens
         chunks: list[ScheduledChunk] = []
         preempted: list[Request] = []
+        copies: list[tuple[int, int]] = []
         scheduled_ids: set[str] = set()
 
         # 1. Running requests, most important first, so preemption takes from the tail.
@@ -133,20 +144,23 @@ class Scheduler:
                 req = self.waiting.peek()
                 if req is None:  # a queue may hold requests none of which is eligible now (LoRA)
                     break
-                n = min(req.num_uncomputed_tokens, budget)
+                start = self.prefix.find(req)
+                n = min(req.num_tokens - start.num_tokens, budget)
                 if self.config.long_prefill_threshold:
                     n = min(n, self.config.long_prefill_threshold)
-                if not self.blocks.can_hold(req.request_id, req.num_computed_tokens + n):
+                if not self.prefix.can_start(req, start, start.num_tokens + n):
                     break
                 self.waiting.pop()
-                self.blocks.grow(req.request_id, req.num_computed_tokens + n)
+                copy = self.prefix.start(req, start, start.num_tokens + n)
+                if copy is not None:
+                    copies.append(copy)
                 req.status = RequestStatus.RUNNING
                 if req.times.first_scheduled is None:
                     req.times.first_scheduled = time.monotonic()
                 self.running.append(req)
                 chunks.append(ScheduledChunk(req, req.num_computed_tokens, n))
                 budget -= n
-        return SchedulerOutput(tuple(chunks), tuple(preempted))
+        return SchedulerOutput(tuple(chunks), tuple(preempted), tuple(copies))
 
     def _preempt(self, req: Request) -> None:
         """Recompute later: drop its blocks, forget computed tokens, requeue at its old place."""
@@ -157,19 +171,26 @@ class Scheduler:
         self.num_preemptions += 1
         req.status = RequestStatus.PREEMPTED
         self.waiting.push(req)
+        for follower in self.prefix.release(req):  # they start from the cache instead
+            self.waiting.push(follower)
 
     def commit(self, out: SchedulerOutput) -> None:
-        """The model ran: advance every scheduled request's counter."""
+        """The model ran: advance every scheduled request's counter and cache its full blocks."""
         for c in out.chunks:
             c.request.num_computed_tokens = c.start + c.num_tokens
+            for follower in self.prefix.computed(c.request):
+                self.waiting.push(follower)
 
     def finish(self, req: Request, reason: str) -> None:
         """Finished or aborted: its blocks go back to the pool now."""
         if req.status is RequestStatus.RUNNING:
             self.running.remove(req)
         elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-            self.waiting.remove(req)
+            if not self.waiting.remove(req):
+                self.prefix.unpark(req)
         self.blocks.free(req.request_id)
+        for follower in self.prefix.release(req):
+            self.waiting.push(follower)
         req.status = RequestStatus.FINISHED
         req.finish_reason = reason
         req.times.finished = time.monotonic()

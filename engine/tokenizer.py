@@ -63,12 +63,19 @@ class ChatTemplate:
     bos_token: str
     eos_token: str
 
-    def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    @property
+    def supports_tools(self) -> bool:
+        """The template renders a `tools` variable itself (HF's convention for tool definitions)."""
+        return "tools" in self.source
+
+    def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+               tools: Sequence[dict[str, Any]] | None = None) -> str:
         return _compile(self.source).render(
             messages=list(messages),
             add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token,
             eos_token=self.eos_token,
+            tools=list(tools) if tools else None,
         )
 
 
@@ -119,10 +126,12 @@ class TextTokenizer:
     def id_to_token(self, token_id: int) -> str:
         return self.hf.id_to_token(token_id) or ""
 
-    def apply_chat_template(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
-        """Render the messages with the model's template and tokenize the result (the template
-        writes special tokens such as BOS itself, so none are added)."""
+    def apply_chat_template(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True,
+                            tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        """Render the messages (and tool definitions, for a template that takes them) with the
+        model's template and tokenize the result (the template writes special tokens such as BOS
+        itself, so none are added)."""
         if self.chat_template is None:
             raise ValueError("this model has no chat template; use /v1/completions")
-        text = self.chat_template.render(messages, add_generation_prompt)
+        text = self.chat_template.render(messages, add_generation_prompt, tools)
         return self.encode(text, add_special_tokens=False)

@@ -8,7 +8,12 @@ pos % block_size`), so any block size works and a KV tile may span several cache
 Row r of a program with `block_q` query tokens is token `r // gqa`, head `kv_head * gqa + r % gqa`.
 
 The online softmax runs in base 2 (`exp2`, scale pre-multiplied by log2(e)) in float32; the
-probabilities are cast to the cache dtype for the P @ V product, as in FlashAttention.
+probabilities are cast to the query's dtype for the P @ V product, as in FlashAttention.
+
+The cache may be stored in another dtype than the query (a bf16 cache under an fp32 model, or fp8
+e4m3): tiles are converted to the query's dtype as they are read. An fp8 cache holds values divided
+by a per-tensor scale (`k_scale`, `v_scale`, see `reshape_and_cache`); the key scale is folded into
+the softmax scale and the value scale into the output, so the inner loop only converts.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from ._triton import jit, mma, tl
 
 LOG2E = 1.4426950408889634
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP8 = torch.float8_e4m3fn
+CACHE_DTYPES = DTYPES + (FP8,)
 
 
 def check_attention_inputs(query, key_cache, value_cache, block_tables, seq_lens, num_seqs_hint=None):
@@ -31,8 +38,9 @@ def check_attention_inputs(query, key_cache, value_cache, block_tables, seq_lens
         raise ValueError(f"caches must both be [num_blocks, block_size, num_kv_heads, head_dim], got {tuple(key_cache.shape)}")
     if key_cache.stride() != value_cache.stride() or key_cache.stride(3) != 1:
         raise ValueError("key_cache and value_cache must share strides and be contiguous in head_dim")
-    if not (query.dtype == key_cache.dtype == value_cache.dtype) or query.dtype not in DTYPES:
-        raise ValueError(f"query and caches must share one of {DTYPES}, got {query.dtype}, {key_cache.dtype}")
+    if query.dtype not in DTYPES or key_cache.dtype != value_cache.dtype or key_cache.dtype not in CACHE_DTYPES:
+        raise ValueError(f"query must be one of {DTYPES} and both caches one of {CACHE_DTYPES}, got "
+                         f"{query.dtype}, {key_cache.dtype}, {value_cache.dtype}")
     _, block_size, num_kv_heads, head_dim = key_cache.shape
     num_heads = query.shape[1]
     if query.shape[2] != head_dim or num_heads % num_kv_heads:
@@ -55,6 +63,13 @@ def check_out(out, query):
 
 def softmax_scale(scale, head_dim):
     return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+
+
+def from_cache(x: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    """Cache contents as `dtype` values (torch): fp8 multiplied by its scale, others a plain cast."""
+    if x.dtype == FP8:
+        return (x.to(torch.float32) * scale).to(dtype)
+    return x.to(dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -95,7 +110,7 @@ def attend_kv_range(
         slot_off = block.to(tl.int64) * stride_cb + (offs_n % block_size) * stride_co + kv_head * stride_ch
         kv_offs = slot_off[:, None] + offs_d[None, :]
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
+        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(q.dtype)
         s = mma(q, tl.trans(k), DOT) * qk_scale
         visible = (offs_n[None, :] <= q_pos[:, None]) & n_mask[None, :]
         s = tl.where(visible, s, float("-inf"))
@@ -104,7 +119,7 @@ def attend_kv_range(
         p = tl.exp2(s - m_safe[:, None])
         alpha = tl.exp2(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
+        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(q.dtype)
         acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, DOT)
         m_i = m_new
     return acc, m_i, l_i
@@ -130,18 +145,20 @@ def gather_context(key_cache, value_cache, block_tables, seq_lens, max_len):
     flat_k = key_cache.reshape(-1, *key_cache.shape[2:])
     flat_v = value_cache.reshape(-1, *value_cache.shape[2:])
     keep = valid[:, :, None, None]
-    return flat_k[slots].where(keep, 0), flat_v[slots].where(keep, 0), valid
+    zero = torch.zeros((), dtype=key_cache.dtype, device=key_cache.device)
+    return flat_k[slots].where(keep, zero), flat_v[slots].where(keep, zero), valid
 
 
-def attend_dense(q, k, v, visible, scale):
+def attend_dense(q, k, v, visible, scale, k_scale=1.0, v_scale=1.0):
     """Softmax attention with GQA through `scaled_dot_product_attention` (the engine's CPU path).
 
     q: [S, Q, H, D]; k, v: [S, L, Hkv, D]; visible: bool [S, Q, L]. Returns float32 [S, Q, H, D];
     rows that see nothing come out as 0. Math runs in the inputs' dtype with SDPA's float32
     softmax accumulation, which is what makes this reference fast enough to serve on a CPU.
     """
+    k, v = from_cache(k, q.dtype, k_scale), from_cache(v, q.dtype, v_scale)
     out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype),
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
         attn_mask=visible[:, None], scale=scale, enable_gqa=True,
     )
     return out.transpose(1, 2).float().nan_to_num(0.0)

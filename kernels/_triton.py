@@ -6,8 +6,10 @@ provides `triton`, `tl` and `jit`, with harmless stand-ins when Triton cannot be
 reference still works; launching a kernel raises the import error).
 
 `jit` picks Triton's interpreter when `TRITON_INTERPRET=1` is set or when no CUDA device exists
-(a compiled kernel could never launch there).  Triton decides this when a kernel is *decorated*,
-i.e. when the op module is imported, so set `TRITON_INTERPRET` before importing the op modules.
+(a compiled kernel could never launch there).  Triton decides this when a function is *decorated*,
+its own library functions (`tl.max`, `tl.cdiv`, ...) included when `triton` is first imported; an
+interpreted kernel calling a compiled library function fails.  So without CUDA this module sets
+`TRITON_INTERPRET=1` before it imports Triton, and it must be the first to import Triton.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 import os
 
 import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 try:
     import triton

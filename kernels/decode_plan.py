@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ._paged_attention import FP8, from_cache
+
 GROWTH = 1.5
 
 
@@ -65,19 +67,24 @@ class DecodePlan:
             raise ValueError("the decode plan was made for a cache of another shape or dtype")
         out = []
         for cache, buf in ((key_cache, bucket.key_buf), (value_cache, bucket.value_buf)):
+            if cache.dtype == FP8:  # gathered and zeroed as bytes (0x00 is +0.0 in e4m3)
+                cache, buf = cache.view(torch.uint8), buf.view(torch.uint8)
             flat = buf.view(-1, *cache.shape[1:])
             torch.index_select(cache, 0, bucket.blocks, out=flat)
             if bucket.invalid.numel():
                 buf.view(-1, *cache.shape[2:]).index_fill_(0, bucket.invalid, 0)
-            out.append(buf)
+            out.append(buf.view(self.dtype))
         return out[0], out[1]
 
     def attend(self, query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
-               scale: float, out: torch.Tensor) -> torch.Tensor:
+               scale: float, out: torch.Tensor, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
         """Write decode attention of the planned rows of `query` into the same rows of `out`
-        (rows of empty sequences get zeros), one SDPA per bucket (GQA without repeating K/V)."""
+        (rows of empty sequences get zeros), one SDPA per bucket (GQA without repeating K/V).
+        A cache in another dtype than the query is converted (fp8 with its scales) after the gather."""
         for b in self.buckets:
             keys, values = self.gather(b, key_cache, value_cache)
+            if keys.dtype != query.dtype:
+                keys, values = from_cache(keys, query.dtype, k_scale), from_cache(values, query.dtype, v_scale)
             o = torch.nn.functional.scaled_dot_product_attention(
                 query[b.tokens][:, :, None], keys.transpose(1, 2), values.transpose(1, 2),
                 attn_mask=b.visible, scale=scale, enable_gqa=True,

@@ -28,7 +28,7 @@ MAX_SPLITS = 16
 @jit
 def paged_attention_decode_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, out_ptr, part_out_ptr, part_lse_ptr,
-    qk_scale, block_size, stride_bt, stride_qt, stride_qh, stride_ot, stride_oh,
+    qk_scale, v_scale, block_size, stride_bt, stride_qt, stride_qh, stride_ot, stride_oh,
     stride_cb, stride_co, stride_ch,
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT: tl.constexpr,
@@ -59,7 +59,7 @@ def paged_attention_decode_kernel(
         BLOCK_N, DOT,
     )
     has = l_i > 0
-    o = acc / tl.where(has, l_i, 1.0)[:, None]
+    o = acc * (v_scale / tl.where(has, l_i, 1.0))[:, None]
     if NUM_SPLITS == 1:
         store_rows(out_ptr, o, tok, head, row_valid, stride_ot, stride_oh, offs_d, d_mask)
     else:
@@ -110,7 +110,7 @@ def default_num_splits(num_seqs, num_kv_heads, device, max_seq_len=None, block_n
 
 def paged_attention_decode(
     query, key_cache, value_cache, block_tables, seq_lens, scale=None, out=None, *,
-    max_seq_len=None, num_splits=None, block_n=64, plan=None,
+    max_seq_len=None, num_splits=None, block_n=64, plan=None, k_scale=1.0, v_scale=1.0,
 ):
     """Triton decode attention: `out[s] = softmax(q[s] K_s^T * scale) V_s` over the paged context.
 
@@ -119,8 +119,8 @@ def paged_attention_decode(
     new token; block_tables: int32 `[num_seqs, max_blocks_per_seq]`; seq_lens: int32 `[num_seqs]`,
     context length including the new token (>= 1).  scale defaults to 1/sqrt(head_dim).
     max_seq_len (optional host hint) and num_splits tune the split-KV; results do not depend on them
-    beyond rounding; `plan` is the torch path's and is ignored here.  Returns `out` (allocated like
-    the query when not given).
+    beyond rounding; `plan` is the torch path's and is ignored here; k_scale/v_scale: an fp8 cache's
+    per-tensor scales (`reshape_and_cache`).  Returns `out` (allocated like the query when not given).
     """
     num_kv_heads, gqa, head_dim, block_size = check_attention_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     num_seqs = query.shape[0]
@@ -140,7 +140,7 @@ def paged_attention_decode(
     block_d = next_pow2(head_dim, 16)
     paged_attention_decode_kernel[(num_seqs, num_kv_heads, num_splits)](
         query, key_cache, value_cache, block_tables, seq_lens, out, part_out, part_lse,
-        softmax_scale(scale, head_dim) * LOG2E, block_size, block_tables.stride(0),
+        softmax_scale(scale, head_dim) * LOG2E * k_scale, v_scale, block_size, block_tables.stride(0),
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         GQA=gqa, HEAD_DIM=head_dim, NUM_SPLITS=num_splits,
@@ -156,7 +156,7 @@ def paged_attention_decode(
 
 def ref_paged_attention_decode(
     query, key_cache, value_cache, block_tables, seq_lens, scale=None, out=None, *,
-    max_seq_len=None, num_splits=None, block_n=64, plan=None,
+    max_seq_len=None, num_splits=None, block_n=64, plan=None, k_scale=1.0, v_scale=1.0,
 ):
     """Torch reference of `paged_attention_decode` (same arguments; the tuning ones are ignored).
     `plan` (from `decode_plan.plan_decode`, made once per step) spares every layer the bucketing;
@@ -167,4 +167,4 @@ def ref_paged_attention_decode(
         return out
     if plan is None:
         plan = plan_decode(key_cache, block_tables, seq_lens)
-    return plan.attend(query, key_cache, value_cache, softmax_scale(scale, query.shape[2]), out)
+    return plan.attend(query, key_cache, value_cache, softmax_scale(scale, query.shape[2]), out, k_scale, v_scale)

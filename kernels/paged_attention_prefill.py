@@ -42,7 +42,7 @@ def find_seq(query_start_loc_ptr, pid, num_seqs, BLOCK_Q: tl.constexpr):
 @jit
 def paged_attention_prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq_lens_ptr, query_start_loc_ptr, out_ptr,
-    num_seqs, qk_scale, block_size, stride_bt, stride_qt, stride_qh, stride_ot, stride_oh,
+    num_seqs, qk_scale, v_scale, block_size, stride_bt, stride_qt, stride_qh, stride_ot, stride_oh,
     stride_cb, stride_co, stride_ch,
     GQA: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT: tl.constexpr,
@@ -76,7 +76,7 @@ def paged_attention_prefill_kernel(
         kv_head, block_size, stride_cb, stride_co, stride_ch, 0, kv_end, qk_scale, offs_d, d_mask,
         BLOCK_N, DOT,
     )
-    o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    o = acc * (v_scale / tl.where(l_i > 0, l_i, 1.0))[:, None]
     store_rows(out_ptr, o, tok, head, row_valid, stride_ot, stride_oh, offs_d, d_mask)
 
 
@@ -87,14 +87,14 @@ def _check_query_start_loc(query_start_loc, num_seqs):
 
 def paged_attention_prefill(
     query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale=None, out=None, *,
-    block_m=64, block_n=64, plan=None,
+    block_m=64, block_n=64, plan=None, k_scale=1.0, v_scale=1.0,
 ):
     """Triton causal varlen attention over the paged cache (prefill, chunked prefill, decode rows).
 
     query: `[num_tokens, num_heads, head_dim]` flattened over sequences, `query_start_loc` int32
     `[num_seqs + 1]` cumulative query lengths (`query_start_loc[-1] == num_tokens`; tokens past it
     are left unwritten); seq_lens: int32 `[num_seqs]` total context lengths including the new
-    tokens; caches/block_tables as in `paged_attention_decode`.  Returns `out`.
+    tokens; caches/block_tables/k_scale/v_scale as in `paged_attention_decode`.  Returns `out`.
     """
     num_kv_heads, gqa, head_dim, block_size = check_attention_inputs(query, key_cache, value_cache, block_tables, seq_lens)
     num_seqs = block_tables.shape[0]
@@ -109,7 +109,7 @@ def paged_attention_prefill(
     grid = (num_tokens // block_q + num_seqs, num_kv_heads)
     paged_attention_prefill_kernel[grid](
         query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, out,
-        num_seqs, softmax_scale(scale, head_dim) * LOG2E, block_size, block_tables.stride(0),
+        num_seqs, softmax_scale(scale, head_dim) * LOG2E * k_scale, v_scale, block_size, block_tables.stride(0),
         query.stride(0), query.stride(1), out.stride(0), out.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         GQA=gqa, HEAD_DIM=head_dim, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_N=block_n,
@@ -120,7 +120,7 @@ def paged_attention_prefill(
 
 def ref_paged_attention_prefill(
     query, key_cache, value_cache, block_tables, seq_lens, query_start_loc, scale=None, out=None, *,
-    block_m=64, block_n=64, plan=None,
+    block_m=64, block_n=64, plan=None, k_scale=1.0, v_scale=1.0,
 ):
     """Torch reference of `paged_attention_prefill` (same arguments; block sizes ignored).
 
@@ -135,7 +135,7 @@ def ref_paged_attention_prefill(
     scale = softmax_scale(scale, query.shape[2])
     if plan is None:
         plan = plan_decode(key_cache, block_tables, seq_lens, query_start_loc)
-    plan.attend(query, key_cache, value_cache, scale, out)
+    plan.attend(query, key_cache, value_cache, scale, out, k_scale, v_scale)
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
     for i, (a, b) in enumerate(zip(starts[:-1], starts[1:])):
@@ -145,5 +145,5 @@ def ref_paged_attention_prefill(
         keys, values, _ = gather_context(key_cache, value_cache, block_tables[i : i + 1], seq_lens[i : i + 1], seq_len)
         q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)
         visible = torch.arange(seq_len, device=query.device)[None, :] <= q_pos[:, None]
-        out[a:b] = attend_dense(query[a:b][None], keys, values, visible[None], scale)[0].to(out.dtype)
+        out[a:b] = attend_dense(query[a:b][None], keys, values, visible[None], scale, k_scale, v_scale)[0].to(out.dtype)
     return out

@@ -4,6 +4,12 @@ The cache of one layer is `[num_blocks, block_size, num_kv_heads, head_dim]` for
 for values; a token's slot is `block_id * block_size + offset_in_block`, given per token by
 `slot_mapping` (-1 = padding, skipped).  One program copies one token's `[num_kv_heads, head_dim]`
 row of keys and of values, casting to the cache dtype.
+
+An fp8 (e4m3) cache stores `value / scale`, saturated to e4m3's range (±448), with one scale per
+cache tensor (`k_scale`, `v_scale`); the attention ops multiply it back. Other dtypes ignore the
+scales. The scale-and-round is one torch op before the copy kernel on every device: Triton's
+interpreter rounds fp32 to e4m3 wrongly (125.7 became 64 where round-to-nearest-even gives 128),
+so a conversion inside the kernel could not be tested on the CPU.
 """
 
 from __future__ import annotations
@@ -11,6 +17,16 @@ from __future__ import annotations
 import torch
 
 from ._triton import check_launchable, jit, next_pow2, tl
+
+FP8 = torch.float8_e4m3fn
+FP8_MAX = 448.0  # the largest finite e4m3 value
+
+
+def to_cache(x: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    """What the cache stores for `x` (torch): fp8 as `x / scale` saturated, others a plain cast."""
+    if dtype == FP8:
+        return (x.float() * (1.0 / scale)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return x.to(dtype)
 
 
 def check_cache_inputs(key, value, key_cache, value_cache, slot_mapping) -> None:
@@ -50,11 +66,12 @@ def reshape_and_cache_kernel(
     tl.store(value_cache_ptr + dst, v.to(value_cache_ptr.dtype.element_ty), mask=mask)
 
 
-def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
+def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale=1.0, v_scale=1.0) -> None:
     """Triton: `key_cache.view(-1, H, D)[slot] = key[token]` for every token with slot >= 0.
 
     key/value: `[num_tokens, num_kv_heads, head_dim]` (any row stride, last dim contiguous);
-    caches: contiguous `[num_blocks, block_size, num_kv_heads, head_dim]`; slot_mapping int32/int64.
+    caches: contiguous `[num_blocks, block_size, num_kv_heads, head_dim]`; slot_mapping int32/int64;
+    k_scale/v_scale: the fp8 caches' scales (see the module docstring).
     """
     check_cache_inputs(key, value, key_cache, value_cache, slot_mapping)
     check_launchable(key, value, key_cache, value_cache, slot_mapping)
@@ -63,6 +80,8 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     num_tokens, num_heads, head_dim = key.shape
     if num_tokens == 0:
         return
+    if key_cache.dtype == FP8:
+        key, value = to_cache(key, FP8, k_scale), to_cache(value, FP8, v_scale)
     reshape_and_cache_kernel[(num_tokens,)](
         key, value, key_cache, value_cache, slot_mapping,
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
@@ -70,11 +89,11 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
     )
 
 
-def ref_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping) -> None:
+def ref_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale=1.0, v_scale=1.0) -> None:
     """Torch reference of `reshape_and_cache` (same arguments, same effect)."""
     check_cache_inputs(key, value, key_cache, value_cache, slot_mapping)
     keep = slot_mapping >= 0
     slots = slot_mapping[keep].long()
     num_heads, head_dim = key.shape[1:]
-    key_cache.view(-1, num_heads, head_dim)[slots] = key[keep].to(key_cache.dtype)
-    value_cache.view(-1, num_heads, head_dim)[slots] = value[keep].to(value_cache.dtype)
+    key_cache.view(-1, num_heads, head_dim)[slots] = to_cache(key[keep], key_cache.dtype, k_scale)
+    value_cache.view(-1, num_heads, head_dim)[slots] = to_cache(value[keep], value_cache.dtype, v_scale)

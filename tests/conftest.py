@@ -1,6 +1,13 @@
 """Shared pytest fixtures. Each part of the project keeps its fixtures in its own block below."""
 
+import os
+
 import pytest
+
+# Triton decides interpreted vs compiled when it is first imported (its library functions included),
+# and any test module may import it first: set the mode before all of them.  `TRITON_INTERPRET=0` on a
+# GPU machine runs the kernel tests compiled.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 # ---- dev cluster (llmop.devcluster): a real Kubernetes control plane, for tests marked `k8s` ----
@@ -44,7 +51,6 @@ def k8s_api(k8s_cluster):
 #   written from the GGUF once and cached under ~/.cache/llmop/test-models (PEFT needs one).
 # engine_llm: one offline LLM on the embedded model (fp32), shared by the engine tests.
 
-import os
 import shutil
 from pathlib import Path
 

@@ -35,6 +35,7 @@ def create_app(engine: LLMEngine, config: EngineConfig | None = None,
     async def lifespan(app: FastAPI):
         if not async_engine.is_running:
             async_engine.start()
+        state.grammars.warm()  # the grammar vocabulary takes seconds to build: not on the first request
         try:
             yield
         finally:

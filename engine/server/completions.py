@@ -11,6 +11,7 @@ from llmop.engine.server.logprobs import completion_logprobs
 from llmop.engine.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, Usage
 from llmop.engine.server.serving import Choice, serve
 from llmop.engine.server.state import ServerState, get_state
+from llmop.engine.server.structured import output_grammar
 
 router = APIRouter()
 
@@ -42,16 +43,19 @@ class CompletionFormat:
             for c in choices])
 
 
-def _prompts(state: ServerState, prompt: str | list[int] | list[str]) -> list[list[int]]:
+def _prompts(state: ServerState, prompt: str | list[int] | list[str] | list[list[int]]) -> list[list[int]]:
+    """The prompts as token ids: a text, token ids, or a batch of either."""
     if isinstance(prompt, str):
         return [state.tokenizer.encode(prompt)]
     if prompt and all(isinstance(p, str) for p in prompt):
         return [state.tokenizer.encode(p) for p in prompt]
-    bad = [t for t in prompt if not 0 <= t < state.tokenizer.vocab_size]
-    if bad:
-        raise APIError(400, f"token id {bad[0]} is outside the vocabulary (0..{state.tokenizer.vocab_size - 1})",
-                       reason="invalid_request", param="prompt")
-    return [list(prompt)]
+    batch = prompt if prompt and isinstance(prompt[0], list) else [prompt]
+    for ids in batch:
+        bad = [t for t in ids if not 0 <= t < state.vocab_size]
+        if bad:
+            raise APIError(400, f"token id {bad[0]} is outside the vocabulary (0..{state.vocab_size - 1})",
+                           reason="invalid_request", param="prompt")
+    return [list(ids) for ids in batch]
 
 
 @router.post("/v1/completions")
@@ -59,4 +63,5 @@ async def create_completion(body: CompletionRequest, request: Request, state: Se
     state.check_open()
     state.resolve_model(body.model)  # an unknown model is refused before any tokenizing
     prompts = await run_in_threadpool(_prompts, state, body.prompt)
-    return await serve(request, state, body, prompts, CompletionFormat(state, body.logprobs is not None))
+    return await serve(request, state, body, prompts, CompletionFormat(state, body.logprobs is not None),
+                       output_grammar(body))

@@ -9,6 +9,7 @@ carries a bounded `reason` for `llmop_request_rejected_total`.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
@@ -49,6 +50,15 @@ def error_response(err: APIError) -> JSONResponse:
                         status_code=err.status, headers=err.headers)
 
 
+# Parts of a pydantic error location that name a union member rather than a field
+# ("str", "list[ContentPart]", "function-after[...]", a model's class name).
+_UNION_MEMBER = re.compile(r"^([A-Z]\w*|str|int|float|bool|none|(list|dict|literal|function-\w+|tagged-union)\[.*\])$")
+
+
+def _param(loc) -> list[str]:
+    return [str(p) for p in loc if p != "body" and not _UNION_MEMBER.match(str(p))]
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None, str]:
     """(message, param, reason) of a validation failure; `param` is the field's path (for a
     union that matched no member, the union field itself)."""
@@ -58,7 +68,17 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None, s
     first = errors[0]
     if first.get("type") == "json_invalid":
         return f"invalid JSON body: {first.get('ctx', {}).get('error', first.get('msg'))}", None, "invalid_json"
-    locs = [[str(p) for p in e.get("loc", ()) if p != "body"] for e in errors]
+    unknown = [e for e in errors if e.get("type") == "extra_forbidden"]
+    if unknown:
+        param = ".".join(_param(unknown[0].get("loc", ())))
+        return (f"unknown field {param!r}: this server refuses fields it does not know rather than ignore "
+                f"them (docs/server.md lists the fields it accepts)"), param, "unknown_field"
+    tags = [e for e in errors if e.get("type") == "union_tag_invalid"]
+    if tags:
+        discriminator = tags[0].get("ctx", {}).get("discriminator", "'type'").strip("'")
+        param = ".".join(_param(tags[0].get("loc", ())) + [discriminator])
+        return f"{param}: {tags[0].get('msg')}", param, "unsupported"
+    locs = [_param(e.get("loc", ())) for e in errors]
     common = locs[0]
     for loc in locs[1:]:
         n = 0

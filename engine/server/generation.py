@@ -28,6 +28,7 @@ class SubRequest:
 
     prompt_token_ids: list[int]
     params: SamplingParams
+    shares_prompt_of: int | None = None  # index of the sub-request (same prompt) whose prompt KV it shares
 
 
 class ClientDisconnected(Exception):
@@ -46,6 +47,8 @@ def _as_api_error(item) -> APIError:
         return item
     if isinstance(item, ValueError):
         return APIError(400, str(item), reason="invalid_request")
+    if isinstance(item, RequestOutput) and item.error == "invalid_grammar":
+        return APIError(400, item.error_message or "invalid grammar", reason="invalid_grammar")
     if isinstance(item, RequestOutput) and item.error in ENGINE_ERRORS:
         default, headers = ENGINE_ERRORS[item.error]
         return APIError(503, item.error_message or default, reason=item.error, code=item.error, headers=headers)
@@ -56,13 +59,14 @@ class Generation:
     """Runs `subs` on the engine; iterate `stream()` once, and `aclose()` in any case."""
 
     def __init__(self, state: ServerState, request_id: str, subs: list[SubRequest], target: ModelTarget,
-                 priority: int, ticket: Ticket):
+                 priority: int, ticket: Ticket, cache_salt: str | None = None):
         self.state = state
         self.request_id = request_id
         self.subs = subs
         self.target = target
         self.priority = priority
         self.ticket = ticket
+        self.cache_salt = cache_salt
         self._queue: asyncio.Queue = asyncio.Queue()
         self._tasks = [asyncio.create_task(self._pump(i, s)) for i, s in enumerate(subs)]
 
@@ -70,8 +74,10 @@ class Generation:
         tracker = self.state.metrics.tracker(self.target.name)
         started = False
         try:
+            leader = None if sub.shares_prompt_of is None else f"{self.request_id}-{sub.shares_prompt_of}"
             async for out in self.state.engine.generate(f"{self.request_id}-{index}", sub.prompt_token_ids,
-                                                        sub.params, self.priority, self.target.adapter):
+                                                        sub.params, self.priority, self.target.adapter,
+                                                        cache_salt=self.cache_salt, share_prompt_with=leader):
                 if not started and (out.new_token_ids or out.finished):
                     started = True
                     self.ticket.started()

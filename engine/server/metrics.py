@@ -30,7 +30,8 @@ _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 
 _TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
 FINISH_REASONS = ("stop", "length", "abort")
-REJECT_REASONS = ("invalid_request", "invalid_json", "unsupported", "context_length", "prompt_too_long",
+REJECT_REASONS = ("invalid_request", "invalid_json", "unsupported", "unknown_field", "invalid_grammar",
+                  "context_length", "prompt_too_long",
                   "body_too_large", "unknown_model", "queue_full", "queue_timeout", "adapter_unavailable",
                   "draining")
 
@@ -63,6 +64,14 @@ class _EngineGauges(Collector):
                                   labels=["model"])
         pre.add_metric([self.model], s.num_preemptions)
         yield pre
+        for name, doc, value in (
+            ("llmop_prefix_cache_queries", "Prompt tokens looked up in the prefix cache (at first admission)",
+             s.prefix_cache_queries),
+            ("llmop_prefix_cache_hits", "Prompt tokens found there, so not computed", s.prefix_cache_hits),
+        ):
+            c = CounterMetricFamily(name, doc, labels=["model"])
+            c.add_metric([self.model], value)
+            yield c
 
 
 class ServerMetrics:

@@ -1,21 +1,24 @@
 """The OpenAI wire format at the edge: pydantic models of requests and responses.
 
-Requests are strict (a string where a number belongs is rejected, not coerced) and ignore unknown
-fields, as OpenAI-compatible servers do. Sampling fields common to completions and chat live in
-one base class; `sampling.to_sampling_params` is the only place they become `SamplingParams`.
+Requests are strict: a string where a number belongs is rejected, not coerced; NaN and infinities
+are rejected; and an unknown field is a 400 naming it (`extra="forbid"`), never silently dropped.
+Fields that OpenAI defines but this engine does not implement are declared here too, so they can
+be refused by name (`sampling.check_supported`) rather than reported as unknown; the fields that
+are accepted and ignored say why in docs/server.md. Sampling fields common to completions and chat
+live in one base class; `sampling.to_sampling_params` is the only place they become `SamplingParams`.
 """
 
 from __future__ import annotations
 
 import abc
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -37,6 +40,40 @@ class ErrorResponse(BaseModel):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+    include_obfuscation: bool | None = None  # accepted, ignored: no obfuscation padding is sent
+
+
+class ResponseFormatText(_Strict):
+    type: Literal["text"]
+
+
+class ResponseFormatJSONObject(_Strict):
+    type: Literal["json_object"]
+
+
+class JSONSchemaSpec(_Strict):
+    name: str
+    description: str | None = None
+    # `schema` shadows a BaseModel attribute, hence the alias.
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormatJSONSchema(_Strict):
+    type: Literal["json_schema"]
+    json_schema: JSONSchemaSpec
+
+
+ResponseFormat = Annotated[Union[ResponseFormatText, ResponseFormatJSONObject, ResponseFormatJSONSchema],
+                           Field(discriminator="type")]
+
+
+class StructuredOutputs(_Strict):
+    """llmop's (and vLLM's) extension: exactly one constraint on the output text."""
+
+    json_: dict[str, Any] | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
 
 
 class SamplingRequest(_Strict):
@@ -62,7 +99,17 @@ class SamplingRequest(_Strict):
     include_stop_str_in_output: bool = False
     priority: int = 0
     logit_bias: dict[str, float] | None = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    # Accepted and ignored (docs/server.md says why).
     user: str | None = None
+    cache_salt: str | None = Field(None, min_length=1, max_length=256)  # share cached KV only within a salt
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    # Known, refused unless off (sampling.check_supported).
+    store: bool | None = None
 
     @abc.abstractmethod
     def requested_max_tokens(self) -> int | None:
@@ -74,7 +121,7 @@ class SamplingRequest(_Strict):
 
 
 class CompletionRequest(SamplingRequest):
-    prompt: str | list[int] | list[str]
+    prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int | None = 16
     logprobs: int | None = None
     echo: bool = False
@@ -88,22 +135,68 @@ class CompletionRequest(SamplingRequest):
         return self.logprobs
 
 
-class TextPart(_Strict):
-    type: Literal["text"]
-    text: str
+class ContentPart(_Strict):
+    """One part of a message's content. Only text is implemented; the other OpenAI part types are
+    declared so that they are refused by name (chat.render_chat), not as unknown fields."""
+
+    type: str
+    text: str | None = None
+    refusal: str | None = None
+    image_url: Any = None
+    input_audio: Any = None
+    file: Any = None
+
+
+class FunctionCall(_Strict):
+    name: str
+    arguments: str  # a JSON object, as text (OpenAI's shape)
+
+
+class ToolCall(_Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
 
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # assistant turns in the history
+    tool_call_id: str | None = None  # tool results
+    # What the SDK sends back when a previous response message is reused as history.
+    refusal: str | None = None
+    annotations: list[Any] | None = None
+    audio: Any = None
+    function_call: Any = None
 
     def text(self) -> str:
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(p.text for p in self.content)
+        return "".join(p.text or "" for p in self.content)
+
+
+class FunctionDefinition(_Strict):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class ChatCompletionRequest(SamplingRequest):
@@ -112,6 +205,18 @@ class ChatCompletionRequest(SamplingRequest):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    modalities: list[str] | None = None
+    # Known, refused when given (sampling.check_supported).
+    audio: Any = None
+    prediction: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    web_search_options: Any = None
+    functions: Any = None
+    function_call: Any = None
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -135,10 +240,15 @@ class DetokenizeRequest(_Strict):
 # --- responses ----------------------------------------------------------------------------------
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class CompletionLogprobs(BaseModel):
@@ -179,9 +289,21 @@ class ChatLogprobs(BaseModel):
     content: list[ChatTokenLogprob] = Field(default_factory=list)
 
 
+class ResponseFunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ResponseToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ResponseFunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ResponseToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -201,9 +323,22 @@ class ChatCompletionResponse(BaseModel):
     usage: Usage | None = None
 
 
+class DeltaFunctionCall(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunctionCall
+
+
 class DeltaMessage(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
 
 
 class ChatChunkChoice(BaseModel):

@@ -7,11 +7,23 @@ Range checks are `SamplingParams`'s own; its ValueError becomes a 400 naming the
 
 from __future__ import annotations
 
-from llmop.engine.sampling_params import SamplingParams
+from llmop.engine.grammar.spec import GrammarSpec
+from llmop.engine.sampling_params import INT64_MAX, INT64_MIN, SamplingParams
 from llmop.engine.server.errors import APIError
-from llmop.engine.server.protocol import CompletionRequest, SamplingRequest
+from llmop.engine.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
 
 MAX_N = 16
+
+# OpenAI fields this engine knows but does not implement: refused by name when given.
+_REFUSED_CHAT = {
+    "audio": "audio output is not supported",
+    "prediction": "predicted outputs are not supported",
+    "reasoning_effort": "reasoning_effort is not supported: this model does not reason in a separate channel",
+    "verbosity": "verbosity is not supported",
+    "web_search_options": "web search is not supported",
+    "functions": "functions (deprecated) is not supported; use tools",
+    "function_call": "function_call (deprecated) is not supported; use tool_choice",
+}
 
 
 def check_supported(req: SamplingRequest) -> None:
@@ -21,8 +33,12 @@ def check_supported(req: SamplingRequest) -> None:
 
     if not 1 <= req.n <= MAX_N:
         raise APIError(400, f"n must be between 1 and {MAX_N}", reason="invalid_request", param="n")
-    if req.logit_bias:
-        raise unsupported("logit_bias", "logit_bias is not supported")
+    if req.store:
+        raise unsupported("store", "store is not supported: this server keeps no completions")
+    if req.seed is not None and not INT64_MIN <= req.seed <= INT64_MAX:
+        raise APIError(400, "seed must be a 64-bit signed integer", reason="invalid_request", param="seed")
+    if req.response_format is not None and req.structured_outputs is not None:
+        raise unsupported("structured_outputs", "give either response_format or structured_outputs, not both")
     if isinstance(req, CompletionRequest):
         if req.echo:
             raise unsupported("echo", "echo is not supported")
@@ -30,12 +46,29 @@ def check_supported(req: SamplingRequest) -> None:
             raise unsupported("suffix", "suffix is not supported")
         if req.best_of is not None and req.best_of != req.n:
             raise unsupported("best_of", "best_of other than n is not supported")
+    if isinstance(req, ChatCompletionRequest):
+        for name, message in _REFUSED_CHAT.items():
+            if getattr(req, name) is not None:
+                raise unsupported(name, message)
+        if req.modalities is not None and set(req.modalities) - {"text"}:
+            raise unsupported("modalities", "only the text modality is supported")
 
 
-def to_sampling_params(req: SamplingRequest, num_prompt_tokens: int, max_model_len: int,
-                       choice: int = 0) -> SamplingParams:
+def logit_bias_of(req: SamplingRequest, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    """OpenAI's `{"token id": bias}` as (id, bias) pairs; keys must be decimal ids in the vocabulary."""
+    pairs = []
+    for key, bias in (req.logit_bias or {}).items():
+        if not (key.isascii() and key.isdigit()) or int(key) >= vocab_size:
+            raise APIError(400, f"logit_bias key {key!r} is not a token id in the vocabulary (0..{vocab_size - 1})",
+                           reason="invalid_request", param="logit_bias")
+        pairs.append((int(key), bias))
+    return tuple(pairs)
+
+
+def to_sampling_params(req: SamplingRequest, num_prompt_tokens: int, max_model_len: int, vocab_size: int,
+                       choice: int = 0, grammar: GrammarSpec | None = None) -> SamplingParams:
     """SamplingParams for choice `choice` of `req` (seeded choices get seed + choice, so the n
-    choices differ yet each is reproducible)."""
+    choices differ yet each is reproducible), constrained by `grammar` if given."""
     room = max_model_len - num_prompt_tokens
     max_tokens = req.requested_max_tokens()
     if max_tokens is None:
@@ -66,9 +99,13 @@ def to_sampling_params(req: SamplingRequest, num_prompt_tokens: int, max_model_l
         logprobs=req.requested_logprobs(),
         skip_special_tokens=req.skip_special_tokens,
         include_stop_str_in_output=req.include_stop_str_in_output,
+        logit_bias=logit_bias_of(req, vocab_size),
+        grammar=grammar,
     )
     try:
-        return SamplingParams(**fields)
+        params = SamplingParams(**fields)
+        params.check_vocab(vocab_size)
+        return params
     except ValueError as e:
         message = str(e)
         field = message.split(" ", 1)[0]

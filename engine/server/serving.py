@@ -2,7 +2,8 @@
 
 Endpoints differ only in how prompts are built and how results are shaped; they pass prompts and
 a `Format` (completions.py, chat.py) and this module does the rest, in one order: supported
-fields, model, prompt length, sampling params and context length, then the queue (so a rejected
+fields, model, prompt length, sampling params and context length, the grammar (compiled here,
+off the event loop), then the queue (so a rejected
 request never touches the engine). A streaming response starts only after the first token, so
 a queue timeout or bad input is still a proper status code; later failures end the stream with
 an error event.
@@ -22,9 +23,10 @@ from pydantic import BaseModel
 from llmop.engine.outputs import RequestOutput, TokenLogprob
 from llmop.engine.server.errors import APIError, error_body
 from llmop.engine.server.generation import ClientDisconnected, Generation, SubRequest, unless_disconnected
-from llmop.engine.server.protocol import SamplingRequest, Usage
+from llmop.engine.server.protocol import PromptTokensDetails, SamplingRequest, Usage
 from llmop.engine.server.sampling import check_supported, to_sampling_params
 from llmop.engine.server.state import ServerState
+from llmop.engine.server.structured import OutputGrammar, compile_or_400
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Choice:
 
     index: int
     num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
     text: list[str] = field(default_factory=list)
     num_output_tokens: int = 0
     logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -41,6 +44,7 @@ class Choice:
 
     def add(self, out: RequestOutput) -> None:
         self.num_prompt_tokens = out.num_prompt_tokens
+        self.num_cached_tokens = out.num_cached_tokens
         self.num_output_tokens = out.num_output_tokens
         self.text.append(out.new_text)
         self.logprobs.extend(out.logprobs)
@@ -61,9 +65,14 @@ class Format(Protocol):
 
 
 def usage_of(choices: list[Choice], prompt_tokens_per_prompt: list[int]) -> Usage:
+    """Prompts count once however many choices they have; so do their cached tokens (those of each
+    prompt's first choice: the others share its prompt)."""
     prompt = sum(prompt_tokens_per_prompt)
     completion = sum(c.num_output_tokens for c in choices)
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    n = len(choices) // max(1, len(prompt_tokens_per_prompt))
+    cached = sum(c.num_cached_tokens for c in choices[::n]) if n else 0
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                 prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
 
 
 def _sse(obj) -> str:
@@ -72,8 +81,9 @@ def _sse(obj) -> str:
 
 
 async def serve(request: Request, state: ServerState, body: SamplingRequest, prompts: list[list[int]],
-                fmt: Format) -> Response:
-    """Answer a generation request for `prompts` (token ids), n choices each."""
+                fmt: Format, grammar: OutputGrammar | None = None) -> Response:
+    """Answer a generation request for `prompts` (token ids), n choices each, whose output
+    matches `grammar` if given."""
     state.check_open()
     check_supported(body)
     target = state.resolve_model(body.model)
@@ -85,11 +95,16 @@ async def serve(request: Request, state: ServerState, body: SamplingRequest, pro
             raise APIError(400, f"the prompt has {len(ids)} tokens, more than the limit of "
                                 f"{state.max_prompt_tokens} by {len(ids) - state.max_prompt_tokens}",
                            reason="prompt_too_long", param="prompt", code="context_length_exceeded")
-        subs += [SubRequest(ids, to_sampling_params(body, len(ids), state.max_model_len, choice))
+        first = len(subs)  # the prompt's first choice computes it; the others share it
+        subs += [SubRequest(ids, to_sampling_params(body, len(ids), state.max_model_len, state.vocab_size, choice,
+                                                    grammar.spec if grammar else None),
+                            shares_prompt_of=first if choice else None)
                  for choice in range(body.n)]
+    if grammar is not None:
+        await compile_or_400(state, grammar)
     ticket = state.admit(len(subs))
     rid = f"{fmt.id_prefix}-{uuid.uuid4().hex}"
-    gen = Generation(state, rid, subs, target, body.priority, ticket)
+    gen = Generation(state, rid, subs, target, body.priority, ticket, body.cache_salt)
     model = target.name
     prompt_tokens = [len(ids) for ids in prompts]
     outputs = gen.stream()

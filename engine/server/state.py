@@ -61,6 +61,8 @@ class ServerState:
         self.engine = engine
         self.config = config
         self.tokenizer = llm.tokenizer
+        self.vocab_size = llm.vocab_size
+        self.grammars = llm.grammars
         self.model_name = llm.model_name
         self.max_model_len = llm.max_model_len
         self.max_prompt_tokens = min(config.max_prompt_tokens or self.max_model_len, self.max_model_len)

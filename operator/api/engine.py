@@ -40,6 +40,9 @@ class EngineSpec(CRDModel):
     max_num_batched_tokens: int | None = Field(
         None, ge=16, le=1048576, description="Token budget of one engine step (prefill chunks + decodes)."
     )
+    enable_prefix_caching: bool | None = Field(
+        None, description="Reuse the KV of prompt prefixes across requests (engine default: on)."
+    )
     port: int = Field(8000, ge=1, le=65535, description="Port of the OpenAI-compatible HTTP API.")
     drain_timeout_seconds: int = Field(
         30, ge=0, le=3600, description="On shutdown, in-flight requests may finish for this long."

@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from llmop.operator.api.base import CRDModel, cel
 
-KVDType = Literal["auto", "float32", "bfloat16", "float16"]
+KVDType = Literal["auto", "float32", "bfloat16", "float16", "fp8_e4m3"]
 
 
 class KVCacheSpec(CRDModel):
@@ -43,7 +43,11 @@ class KVCacheSpec(CRDModel):
         None, ge=16, le=16777216, description="Tokens per sequence (prompt + output) for concurrency."
     )
     block_size: int = Field(16, ge=1, le=256, description="Tokens per paged KV block.")
-    dtype: KVDType = Field("auto", description="Data type of the KV cache; auto: the model's dtype.")
+    dtype: KVDType = Field(
+        "auto",
+        description="Data type of the KV cache; auto: the model's serving dtype (bfloat16 for quantized "
+        "weights). fp8_e4m3 halves the bytes per token of bfloat16 (GPU attention kernels only).",
+    )
 
     @model_validator(mode="after")
     def _one_budget_form(self) -> "KVCacheSpec":

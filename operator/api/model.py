@@ -15,6 +15,7 @@ from llmop.operator.api.base import CRDModel, cel
 SOURCE_PATTERN = r"^(hf://[^/\s]+/[^/\s@]+(@[^\s]+)?|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^\s]*)?|s3://[^/\s]+(/[^\s]*)?|/[^\s]*)$"
 
 WeightDType = Literal["float32", "bfloat16", "float16", "fp8", "int8", "int4"]
+Quantization = Literal["none", "int8"]
 
 
 class ArchitectureSpec(CRDModel):
@@ -71,6 +72,13 @@ class ModelSpec(CRDModel):
     )
     architecture: ArchitectureSpec | None = Field(
         None, description="Architecture for sizing; required when the catalog does not know the model."
+    )
+    quantization: Quantization = Field(
+        "none",
+        description=(
+            "int8: the engine stores the linear layers' weights as int8 with per-channel scales "
+            "(quantized at load; GGUF Q8_0 loads as is) and sizing counts one byte per weight."
+        ),
     )
 
 

@@ -12,13 +12,10 @@ from pydantic import Field
 
 from llmop.operator.api.base import CRDModel
 
-ConditionType = Literal["Ready", "Progressing", "Degraded", "SizingValid"]
-
-
 class Condition(CRDModel):
     """A Kubernetes-style condition (metav1.Condition)."""
 
-    type: str = Field(description="Ready, Progressing, Degraded or SizingValid.")
+    type: str = Field(description="Condition type, e.g. Ready (the list's description names them).")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field("", max_length=1024, description="CamelCase reason, e.g. MinimumReplicasAvailable.")
     message: str = Field("", max_length=32768, description="Human-readable explanation.")

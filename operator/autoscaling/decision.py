@@ -31,9 +31,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 # A backlog counts as extra demand that would clear it within this many metric windows.
 BACKLOG_DRAIN_WINDOWS = 2.0
+
+
+class DecisionReason(StrEnum):
+    """Why the decision came out as it did (status.autoscaling.lastDecision.reason)."""
+
+    SCALE_UP = "ScaleUp"
+    SCALE_DOWN = "ScaleDown"
+    BELOW_MIN_REPLICAS = "BelowMinReplicas"
+    ABOVE_MAX_REPLICAS = "AboveMaxReplicas"
+    METRICS_MISSING = "MetricsMissing"
+    NO_READY_PODS = "NoReadyPods"
+    HOLD = "Hold"
+    HOLD_TOLERANCE = "HoldTolerance"
+    HOLD_CAPACITY_FLOOR = "HoldCapacityFloor"
+    HOLD_AT_MAX_REPLICAS = "HoldAtMaxReplicas"
+    HOLD_AT_MIN_REPLICAS = "HoldAtMinReplicas"
+    HOLD_STABILIZATION = "HoldStabilization"
+    HOLD_PODS_UNMEASURED = "HoldPodsUnmeasured"
+    HOLD_RATE_LIMITED = "HoldRateLimited"
 
 
 @dataclass(frozen=True)
@@ -171,7 +191,7 @@ class Result:
 
     desired: int
     current: int
-    reason: str
+    reason: DecisionReason
     message: str
     signal: float | None
     ready: int
@@ -218,7 +238,7 @@ def decide(
         pod_signals=tuple((p.name, p.signal) for p in pods),
     )
 
-    def result(desired: int, reason: str, message: str, hist: History, rec: int | None = None):
+    def result(desired: int, reason: DecisionReason, message: str, hist: History, rec: int | None = None):
         return Result(
             desired, current, reason, message, ctx.signal, ctx.ready, ctx.pod_signals,
             ctx.missing, hist, rec,
@@ -226,12 +246,13 @@ def decide(
 
     if current < policy.min_replicas or current > policy.max_replicas:
         bound = min(max(current, policy.min_replicas), policy.max_replicas)
-        reason = "BelowMinReplicas" if current < policy.min_replicas else "AboveMaxReplicas"
+        reason = DecisionReason.BELOW_MIN_REPLICAS if current < policy.min_replicas \
+            else DecisionReason.ABOVE_MAX_REPLICAS
         return result(bound, reason, f"replicas {current} outside [{policy.min_replicas}, "
                       f"{policy.max_replicas}]", _moved(history, now, bound > current))
 
     if not scraped:
-        reason = "MetricsMissing" if ready else "NoReadyPods"
+        reason = DecisionReason.METRICS_MISSING if ready else DecisionReason.NO_READY_PODS
         msg = f"no metrics from {', '.join(ctx.missing)}" if ready else "no ready pod to measure"
         return result(current, reason, msg, history)
 
@@ -331,9 +352,9 @@ def _recommend(ctx: _Context, learned: float | None, demand: float | None
     """
     ratio, tol, current = _ratio(ctx), ctx.policy.tolerance, ctx.current
     if 1 - tol <= ratio <= 1 + tol:
-        raw, reason, why = current, "HoldTolerance", f"signal/target {ratio:.2f} within 1 ± {tol}"
+        raw, reason, why = current, DecisionReason.HOLD_TOLERANCE, f"signal/target {ratio:.2f} within 1 ± {tol}"
     else:
-        raw, reason = math.ceil(len(ctx.scraped) * ratio - 1e-9), "Hold"
+        raw, reason = math.ceil(len(ctx.scraped) * ratio - 1e-9), DecisionReason.HOLD
         why = f"signal {ctx.signal:.3f}s vs target {ctx.policy.target:g}s (x{ratio:.2f})"
     cap = _need(ctx, demand, _capacity_now(ctx, learned))
     if raw > current and cap is not None and raw > max(cap, current + 1):
@@ -342,7 +363,7 @@ def _recommend(ctx: _Context, learned: float | None, demand: float | None
     floor = _need(ctx, demand, learned)
     if floor is not None and floor > raw:
         raw = floor
-        reason = "HoldCapacityFloor" if floor <= current else reason
+        reason = DecisionReason.HOLD_CAPACITY_FLOOR if floor <= current else reason
         why += f"; demand {demand:.2f} req/s needs {floor} pods at {learned:.2f} req/s/pod"
     return raw, reason, why
 
@@ -359,15 +380,16 @@ def _moved(history: History, now: float, up: bool) -> History:
 
 
 def _stabilize_and_limit(
-    ctx: _Context, raw: int, hold_reason: str, why: str, history: History
-) -> tuple[int, str, str]:
+    ctx: _Context, raw: int, hold_reason: DecisionReason, why: str, history: History
+) -> tuple[int, DecisionReason, str]:
     """Apply bounds, stabilization windows, the scale-down guard and the rate limits to `raw`."""
     current, policy, now = ctx.current, ctx.policy, ctx.now
     bounded = min(max(raw, policy.min_replicas), policy.max_replicas)
     if bounded == current:
         if raw != current:
-            edge = "maxReplicas" if raw > current else "minReplicas"
-            return current, f"HoldAt{edge[0].upper()}{edge[1:]}", f"{why}; at {edge} {current}"
+            edge, reason = (("maxReplicas", DecisionReason.HOLD_AT_MAX_REPLICAS) if raw > current
+                            else ("minReplicas", DecisionReason.HOLD_AT_MIN_REPLICAS))
+            return current, reason, f"{why}; at {edge} {current}"
         return current, hold_reason, why
 
     up = raw > current
@@ -376,16 +398,16 @@ def _stabilize_and_limit(
     stable = min(window) if up else max(window)
     young = not up and now - history.since < rules.window_seconds
     if young or ((stable <= current) if up else (stable >= current)):
-        return current, "HoldStabilization", (
+        return current, DecisionReason.HOLD_STABILIZATION, (
             f"{why}; recommendation {raw} not stable for {rules.window_seconds:g}s"
         )
     if not up and (ctx.unready or ctx.missing):
         names = ", ".join(ctx.unready + ctx.missing)
-        return current, "HoldPodsUnmeasured", f"{why}; not scaling down while {names} unmeasured"
+        return current, DecisionReason.HOLD_PODS_UNMEASURED, f"{why}; not scaling down while {names} unmeasured"
 
     last = history.last_scale_up if up else history.last_scale_down
     if last is not None and now - last < rules.period_seconds:
-        return current, "HoldRateLimited", (
+        return current, DecisionReason.HOLD_RATE_LIMITED, (
             f"{why}; last scale {'up' if up else 'down'} {now - last:.0f}s ago "
             f"< {rules.period_seconds:g}s"
         )
@@ -395,4 +417,4 @@ def _stabilize_and_limit(
     if not policy.min_replicas <= desired <= policy.max_replicas:
         desired = min(max(desired, policy.min_replicas), policy.max_replicas)
         limited = f" (bounded to [{policy.min_replicas}, {policy.max_replicas}])"
-    return desired, "ScaleUp" if up else "ScaleDown", f"{why}; {current} -> {desired}{limited}"
+    return desired, DecisionReason.SCALE_UP if up else DecisionReason.SCALE_DOWN, f"{why}; {current} -> {desired}{limited}"

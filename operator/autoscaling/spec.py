@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
+
+from llmop.operator.api.base import CRDModel
+from llmop.operator.api.status import Condition
 
 AUTOSCALING_CEL_RULES: list[dict[str, str]] = [
     {
@@ -41,12 +43,6 @@ AUTOSCALING_CEL_RULES: list[dict[str, str]] = [
         "message": "autoscaling.scaleDown.stabilizationWindowSeconds must not be shorter than scaleUp's",
     },
 ]
-
-
-class _Model(BaseModel):
-    """camelCase on the wire (Kubernetes convention), snake_case in Python; unknown fields rejected."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
 def _window(default: int):
@@ -82,7 +78,7 @@ def _period(default: int):
     return Field(default, ge=0, le=3600, description="Least seconds between two moves in this direction.")
 
 
-class ScaleUpRules(_Model):
+class ScaleUpRules(CRDModel):
     """How fast replicas may grow (the HPA `behavior.scaleUp` idea); fast by default."""
 
     stabilization_window_seconds: int = _window(0)
@@ -91,7 +87,7 @@ class ScaleUpRules(_Model):
     period_seconds: int = _period(15)
 
 
-class ScaleDownRules(_Model):
+class ScaleDownRules(CRDModel):
     """How fast replicas may shrink (the HPA `behavior.scaleDown` idea); slow by default."""
 
     stabilization_window_seconds: int = _window(300)
@@ -100,7 +96,7 @@ class ScaleDownRules(_Model):
     period_seconds: int = _period(30)
 
 
-class PrometheusSource(_Model):
+class PrometheusSource(CRDModel):
     """Read the signal from a Prometheus server instead of scraping pods."""
 
     url: str = Field(
@@ -122,7 +118,7 @@ class PrometheusSource(_Model):
     timeout_seconds: float = Field(5.0, gt=0, le=60, description="HTTP timeout of one query.")
 
 
-class MetricsSource(_Model):
+class MetricsSource(CRDModel):
     """Where the queue-wait signal comes from."""
 
     source: Literal["pods", "prometheus"] = Field(
@@ -148,10 +144,10 @@ class MetricsSource(_Model):
     )
 
 
-class AutoscalingSpec(_Model):
+class AutoscalingSpec(CRDModel):
     """Scale the engine replicas on queue wait time (arrival to first scheduled), not CPU."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": AUTOSCALING_CEL_RULES})
+    model_config = CRDModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": AUTOSCALING_CEL_RULES}}
 
     enabled: bool = Field(
         False,
@@ -243,7 +239,7 @@ class AutoscalingSpec(_Model):
 # Status: written only by the autoscaler timer, under status.autoscaling.
 
 
-class PodSignal(_Model):
+class PodSignal(CRDModel):
     """What one engine pod (or scrape target) reported in the last collection."""
 
     name: str = Field(description="Pod name, or the target URL for `metrics.targets`.")
@@ -260,7 +256,7 @@ class PodSignal(_Model):
     running: float | None = Field(None, description="Requests running.")
 
 
-class Decision(_Model):
+class Decision(CRDModel):
     """One autoscaler decision (kept for the last move and in the short history)."""
 
     time: str = Field(description="RFC 3339 time of the decision.")
@@ -271,31 +267,21 @@ class Decision(_Model):
     message: str = Field("", description="Human-readable explanation.")
 
 
-class Recommendation(_Model):
+class Recommendation(CRDModel):
     """A raw recommendation, kept for the stabilization windows (survives operator restarts)."""
 
     time: float = Field(description="Unix time of the recommendation.")
     replicas: int = Field(description="Replicas recommended before stabilization and rate limits.")
 
 
-class DemandSample(_Model):
+class DemandSample(CRDModel):
     """A demand estimate (requests/s arriving, plus the backlog to drain) at one time."""
 
     time: float = Field(description="Unix time of the estimate.")
     requests_per_second: float = Field(description="Estimated demand in requests/s.")
 
 
-class AutoscalingCondition(_Model):
-    """A Kubernetes-style condition about the autoscaler (MetricsAvailable, ScalingLimited)."""
-
-    type: str = Field(description="Condition type.")
-    status: Literal["True", "False", "Unknown"] = Field(description="Condition status.")
-    reason: str = Field("", description="One-word reason.")
-    message: str = Field("", description="Human-readable message.")
-    last_transition_time: str | None = Field(None, description="When the status last changed.")
-
-
-class AutoscalingStatus(_Model):
+class AutoscalingStatus(CRDModel):
     """What the autoscaler saw and decided; written to status.autoscaling on every tick."""
 
     signal_seconds: float | None = Field(
@@ -329,6 +315,6 @@ class AutoscalingStatus(_Model):
     recommendations: list[Recommendation] = Field(
         default_factory=list, description="Raw recommendations within the stabilization windows."
     )
-    conditions: list[AutoscalingCondition] = Field(
+    conditions: list[Condition] = Field(
         default_factory=list, description="MetricsAvailable and ScalingLimited conditions."
     )

@@ -7,11 +7,14 @@ does not scale down early.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from enum import StrEnum
+from typing import Any
 
-from .decision import History, PodSample, Result
+from llmop.operator.api.conditions import set_condition
+from llmop.operator.api.timestamps import rfc3339
+
+from .decision import DecisionReason, History, PodSample, Result
 from .spec import (
-    AutoscalingCondition,
     AutoscalingStatus,
     Decision,
     DemandSample,
@@ -20,14 +23,26 @@ from .spec import (
 )
 
 HISTORY_LENGTH = 10
-METRICS_AVAILABLE = "MetricsAvailable"
-SCALING_LIMITED = "ScalingLimited"
-LIMITED_REASONS = {"HoldAtMaxReplicas", "HoldAtMinReplicas", "HoldRateLimited", "BelowMinReplicas",
-                   "AboveMaxReplicas"}
 
 
-def rfc3339(unix: float) -> str:
-    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+class AutoscalingConditionType(StrEnum):
+    METRICS_AVAILABLE = "MetricsAvailable"
+    SCALING_LIMITED = "ScalingLimited"
+
+
+class ConditionReason(StrEnum):
+    """Condition reasons that are not decision reasons."""
+
+    METRICS_READ = "MetricsRead"
+    WITHIN_LIMITS = "WithinLimits"
+
+
+METRICS_AVAILABLE = AutoscalingConditionType.METRICS_AVAILABLE
+SCALING_LIMITED = AutoscalingConditionType.SCALING_LIMITED
+LIMITED_REASONS = {DecisionReason.HOLD_AT_MAX_REPLICAS, DecisionReason.HOLD_AT_MIN_REPLICAS,
+                   DecisionReason.HOLD_RATE_LIMITED, DecisionReason.BELOW_MIN_REPLICAS,
+                   DecisionReason.ABOVE_MAX_REPLICAS}
+UNMEASURED = {DecisionReason.METRICS_MISSING, DecisionReason.NO_READY_PODS}
 
 
 def history_from_status(status: AutoscalingStatus | None) -> History:
@@ -44,23 +59,14 @@ def history_from_status(status: AutoscalingStatus | None) -> History:
     )
 
 
-def _condition(prev: list[AutoscalingCondition], type_: str, true: bool, reason: str, message: str,
-               now: float) -> AutoscalingCondition:
-    status = "True" if true else "False"
-    old = next((c for c in prev if c.type == type_), None)
-    since = old.last_transition_time if old is not None and old.status == status else rfc3339(now)
-    return AutoscalingCondition(type=type_, status=status, reason=reason, message=message,
-                                last_transition_time=since)
-
-
-def _metrics_condition(result: Result, prev, now: float) -> AutoscalingCondition:
-    if result.reason in ("MetricsMissing", "NoReadyPods"):
-        return _condition(prev, METRICS_AVAILABLE, False, result.reason, result.message, now)
+def _metrics_condition(conds: list[dict[str, Any]], result: Result, now: str) -> list[dict[str, Any]]:
+    if result.reason in UNMEASURED:
+        return set_condition(conds, METRICS_AVAILABLE, False, result.reason, result.message, now)
     if result.missing:
-        return _condition(prev, METRICS_AVAILABLE, False, "MetricsMissing",
-                          f"no metrics from {', '.join(result.missing)}; not scaling down", now)
-    return _condition(prev, METRICS_AVAILABLE, True, "MetricsRead",
-                      f"queue metrics read from {result.ready} ready pods", now)
+        return set_condition(conds, METRICS_AVAILABLE, False, DecisionReason.METRICS_MISSING,
+                             f"no metrics from {', '.join(result.missing)}; not scaling down", now)
+    return set_condition(conds, METRICS_AVAILABLE, True, ConditionReason.METRICS_READ,
+                         f"queue metrics read from {result.ready} ready pods", now)
 
 
 def _pod_signal(sample: PodSample) -> PodSignal:
@@ -80,8 +86,9 @@ def status_after(prev: AutoscalingStatus | None, result: Result, samples: tuple[
                  target: float, now: float) -> AutoscalingStatus:
     """The new status.autoscaling after one decision."""
     prev = prev or AutoscalingStatus()
+    stamp = rfc3339(now)
     decision = Decision(
-        time=rfc3339(now), current_replicas=result.current, desired_replicas=result.desired,
+        time=stamp, current_replicas=result.current, desired_replicas=result.desired,
         signal_seconds=_round(result.signal), reason=result.reason, message=result.message,
     )
     history = list(prev.history)
@@ -97,7 +104,7 @@ def status_after(prev: AutoscalingStatus | None, result: Result, samples: tuple[
         desired_replicas=result.desired,
         pods=[_pod_signal(s) for s in samples],
         last_decision=decision,
-        last_scale_time=rfc3339(now) if result.changed else prev.last_scale_time,
+        last_scale_time=stamp if result.changed else prev.last_scale_time,
         last_scale_up_time=h.last_scale_up,
         last_scale_down_time=h.last_scale_down,
         capacity_per_pod_rps=_round(h.capacity_per_pod),
@@ -105,9 +112,7 @@ def status_after(prev: AutoscalingStatus | None, result: Result, samples: tuple[
         demand_history=[DemandSample(time=t, requests_per_second=d) for t, d in h.demands],
         history=history,
         recommendations=[Recommendation(time=t, replicas=r) for t, r in h.recommendations],
-        conditions=[
-            _metrics_condition(result, prev.conditions, now),
-            _condition(prev.conditions, SCALING_LIMITED, limited, result.reason if limited else
-                       "WithinLimits", result.message if limited else "", now),
-        ],
+        conditions=set_condition(
+            _metrics_condition([c.wire() for c in prev.conditions], result, stamp), SCALING_LIMITED, limited,
+            result.reason if limited else ConditionReason.WITHIN_LIMITS, result.message if limited else "", stamp),
     )

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
 from llmop.operator.build import objects
 from llmop.operator.build.engine_config import engine_config
-from llmop.operator.build.errors import SpecError
+from llmop.operator.build.errors import SpecCondition, SpecError, SpecReason
 from llmop.operator.build.meta import Owner
 from llmop.operator.build.pod import engine_pod_template
 from llmop.operator.build.settings import Settings
@@ -45,7 +45,7 @@ def parse_spec(body: dict[str, Any]) -> LLMDeploymentSpec:
         return LLMDeploymentSpec.model_validate(body.get("spec") or {})
     except ValidationError as err:
         problems = "; ".join(f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
-        raise SpecError("Degraded", "InvalidSpec", problems) from err
+        raise SpecError(SpecCondition.DEGRADED, SpecReason.INVALID_SPEC, problems) from err
 
 
 def desired_state(body: dict[str, Any], settings: Settings) -> DesiredState:
@@ -55,7 +55,7 @@ def desired_state(body: dict[str, Any], settings: Settings) -> DesiredState:
     try:
         plan = plan_for(spec)
     except SizingError as err:
-        raise SpecError("SizingValid", err.reason, str(err)) from err
+        raise SpecError(SpecCondition.SIZING_VALID, err.reason, str(err)) from err
     sources = sources_for(spec, settings)
     engine_yaml = engine_config(spec, owner.name, plan, sources).to_yaml()
     config_hash = hashlib.sha256(engine_yaml.encode()).hexdigest()[:16]

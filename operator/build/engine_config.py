@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from llmop.engine.config import AdapterSource, EngineConfig
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
-from llmop.operator.build.errors import SpecError
+from llmop.operator.build.errors import SpecCondition, SpecError, SpecReason
 from llmop.operator.build.sources import Sources
 from llmop.operator.sizing.plan import SizingPlan
 
@@ -23,7 +23,9 @@ OPERATOR_FIELDS = {
     "model": "spec.model.source", "served_model_name": "spec.model.name",
     "tensor_parallel_size": "spec.parallelism.tensor", "max_model_len": "spec.engine.maxModelLen",
     "max_num_seqs": "spec.engine.maxNumSeqs", "max_num_batched_tokens": "spec.engine.maxNumBatchedTokens",
+    "enable_prefix_caching": "spec.engine.enablePrefixCaching",
     "block_size": "spec.kvCache.blockSize", "kv_cache_dtype": "spec.kvCache.dtype",
+    "quantization": "spec.model.quantization",
     "kv_cache_memory_bytes": "spec.kvCache (sizing)", "kv_cache_memory_fraction": "spec.kvCache (sizing)",
     "host": "(always 0.0.0.0)", "port": "spec.engine.port",
     "drain_timeout_s": "spec.engine.drainTimeoutSeconds", "adapters": "spec.adapters",
@@ -39,7 +41,7 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
     """The EngineConfig the pods run; SpecError(Degraded, InvalidEngineConfig) when it is invalid."""
     taken = sorted(set(spec.engine.overrides) & set(OPERATOR_FIELDS))
     if taken:
-        raise SpecError("Degraded", "InvalidEngineConfig", "; ".join(
+        raise SpecError(SpecCondition.DEGRADED, SpecReason.INVALID_ENGINE_CONFIG, "; ".join(
             f"engine.overrides.{k} is decided by the operator: set {OPERATOR_FIELDS[k]}" for k in taken))
     engine = spec.engine
     fields = {
@@ -48,7 +50,9 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
         "tensor_parallel_size": plan.tensor_parallel_size,
         "max_model_len": plan.request.max_model_len,
         "block_size": spec.kv_cache.block_size,
-        "kv_cache_dtype": spec.kv_cache.dtype,
+        # Resolved here, so the engine stores the bytes per token that sizing counted.
+        "kv_cache_dtype": plan.request.architecture.kv_dtype(spec.kv_cache.dtype),
+        "quantization": spec.model.quantization,
         "kv_cache_memory_bytes": plan.kv_cache_bytes_per_gpu,
         "host": "0.0.0.0",
         "port": engine.port,
@@ -62,10 +66,13 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
         fields["max_num_seqs"] = engine.max_num_seqs
     if engine.max_num_batched_tokens is not None:
         fields["max_num_batched_tokens"] = engine.max_num_batched_tokens
+    if engine.enable_prefix_caching is not None:
+        fields["enable_prefix_caching"] = engine.enable_prefix_caching
     try:
         return EngineConfig.model_validate({**engine.overrides, **fields})
     except ValidationError as err:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'engine'}: {e['msg']}" for e in err.errors()
         )
-        raise SpecError("Degraded", "InvalidEngineConfig", f"the engine rejects its config: {problems}") from err
+        raise SpecError(SpecCondition.DEGRADED, SpecReason.INVALID_ENGINE_CONFIG,
+                        f"the engine rejects its config: {problems}") from err

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+from llmop.operator.sizing.plan import SizingReason
+
+
+class SpecCondition(StrEnum):
+    """The status condition a SpecError sets: SizingValid False, or Degraded True."""
+
+    SIZING_VALID = "SizingValid"
+    DEGRADED = "Degraded"
+
+
+class SpecReason(StrEnum):
+    """Why a spec that passed the schema still cannot be built (sizing has its own reasons)."""
+
+    INVALID_SPEC = "InvalidSpec"  # the operator cannot read it (e.g. written under an older CRD)
+    INVALID_ENGINE_CONFIG = "InvalidEngineConfig"  # the engine's own schema rejects the config
+
 
 class SpecError(ValueError):
-    """A spec the operator cannot turn into objects. `condition` is the status condition it sets
-    False (SizingValid) or True (Degraded), `reason` its CamelCase reason, str() the message."""
+    """A spec the operator cannot turn into objects: `condition` is the status condition it sets,
+    `reason` its CamelCase reason, str() the message."""
 
-    def __init__(self, condition: str, reason: str, message: str):
+    def __init__(self, condition: SpecCondition, reason: SpecReason | SizingReason, message: str):
         super().__init__(message)
         self.condition = condition
         self.reason = reason

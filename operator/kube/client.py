@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes import client as k8s
@@ -17,6 +16,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from llmop.operator.api.llmdeployment import GROUP, KIND, PLURAL, VERSION
+from llmop.operator.api.timestamps import rfc3339
 
 PLURALS = {
     "ConfigMap": "configmaps",
@@ -94,7 +94,7 @@ class Kube:
     def event(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post a core/v1 Event about the LLMDeployment `body` (`kubectl describe` shows it)."""
         m = body["metadata"]
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = rfc3339()
         event = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -12,7 +12,6 @@ import logging
 import threading
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -20,14 +19,11 @@ from kubernetes.client.exceptions import ApiException
 from llmop.operator.build.desired import SpecError, desired_state
 from llmop.operator.build.settings import Settings
 from llmop.operator.kube.client import Kube
-from llmop.operator.reconcile.conditions import get_condition
-from llmop.operator.reconcile.status import changed, failed_status, healthy_status
+from llmop.operator.api.conditions import get_condition
+from llmop.operator.api.timestamps import rfc3339
+from llmop.operator.reconcile.status import ConditionType, Reason, changed, failed_status, healthy_status
 
 log = logging.getLogger("llmop.operator")
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -96,11 +92,11 @@ class Reconciler:
         try:
             desired = desired_state(body, self.settings)
         except SpecError as err:
-            new = failed_status(old, err, int(m.get("generation", 1)), _now())
+            new = failed_status(old, err, int(m.get("generation", 1)), rfc3339())
             self._write_status(body, old, new)
             raise
         stored = {o["kind"]: self.kube.apply(o) for o in desired.objects}
-        new = healthy_status(old, desired, stored["Deployment"], _now())
+        new = healthy_status(old, desired, stored["Deployment"], rfc3339())
         written = self._write_status(body, old, new)
         return Outcome(len(stored), written)
 
@@ -119,13 +115,14 @@ def transitions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str
     """Events (type, reason, message) for conditions whose status changed, and a new sizing plan."""
     events = []
     if new.get("sizing") and (old.get("sizing") or {}).get("summary") != new["sizing"].get("summary"):
-        events.append(("Normal", "Sized", new["sizing"]["summary"]))
+        events.append(("Normal", Reason.SIZED, new["sizing"]["summary"]))
     for cond in new.get("conditions", []):
         before = get_condition(old.get("conditions") or [], cond["type"])
         if before and before.get("status") == cond["status"] and before.get("reason") == cond["reason"]:
             continue
-        bad = (cond["type"] == "Degraded") == (cond["status"] == "True")
-        if cond["type"] == "Progressing" or cond["reason"] == "WaitingForReplicas" or (before is None and not bad):
+        bad = (cond["type"] == ConditionType.DEGRADED) == (cond["status"] == "True")
+        if (cond["type"] == ConditionType.PROGRESSING or cond["reason"] == Reason.WAITING_FOR_REPLICAS
+                or (before is None and not bad)):
             continue  # progress is visible in status; only report news
         events.append(("Warning" if bad else "Normal", cond["reason"], cond["message"] or cond["type"]))
     return events

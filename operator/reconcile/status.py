@@ -4,12 +4,37 @@ Deployment as the API server returned it): a pure function, so every condition i
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from llmop.operator.build.desired import DesiredState, SpecError
+from llmop.operator.build.errors import SpecCondition
 from llmop.operator.build.engine_config import served_name
-from llmop.operator.reconcile.conditions import set_condition
+from llmop.operator.api.conditions import set_condition
 from llmop.operator.sizing.report import to_status
+
+class ConditionType(StrEnum):
+    """The reconciler's conditions."""
+
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    SIZING_VALID = "SizingValid"
+
+
+class Reason(StrEnum):
+    """The reasons the reconciler gives when a spec could be built (SpecError has the others)."""
+
+    SIZED = "Sized"
+    SCALED_TO_ZERO = "ScaledToZero"
+    ALL_REPLICAS_READY = "AllReplicasReady"
+    WAITING_FOR_REPLICAS = "WaitingForReplicas"
+    COMPLETE = "Complete"
+    ROLLING_OUT = "RollingOut"
+    AS_EXPECTED = "AsExpected"
+    REPLICA_FAILURE = "ReplicaFailure"
+    PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+
 
 RECONCILER_KEYS = (
     "observedGeneration", "model", "conditions", "sizing", "replicas", "readyReplicas",
@@ -17,7 +42,7 @@ RECONCILER_KEYS = (
 )  # fmt: skip
 
 
-def _rollout(desired: DesiredState, deployment: dict[str, Any]) -> tuple[str, str, str, bool, str]:
+def _rollout(desired: DesiredState, deployment: dict[str, Any]) -> tuple[str, Reason, str, bool, Reason]:
     """(ready?, reason, message, progressing?, progress reason) of the engine Deployment."""
     want = desired.spec.replicas
     st = deployment.get("status") or {}
@@ -25,21 +50,22 @@ def _rollout(desired: DesiredState, deployment: dict[str, Any]) -> tuple[str, st
     current = st.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
     done = current and updated >= want and st.get("replicas", 0) == want and ready >= want
     if want == 0:
-        return "False", "ScaledToZero", "spec.replicas is 0", False, "ScaledToZero"
+        return "False", Reason.SCALED_TO_ZERO, "spec.replicas is 0", False, Reason.SCALED_TO_ZERO
     if done:
-        return "True", "AllReplicasReady", f"{ready}/{want} replicas ready", False, "Complete"
+        return "True", Reason.ALL_REPLICAS_READY, f"{ready}/{want} replicas ready", False, Reason.COMPLETE
     message = f"{ready}/{want} replicas ready, {updated} on the current template"
     status = "True" if ready >= want else "False"
-    return status, "WaitingForReplicas", message, True, "RollingOut"
+    return status, Reason.WAITING_FOR_REPLICAS, message, True, Reason.ROLLING_OUT
 
 
 def _deployment_failure(deployment: dict[str, Any]) -> tuple[bool, str, str]:
+    """From the Deployment's own conditions (their reasons are the deployment controller's)."""
     for cond in (deployment.get("status") or {}).get("conditions", []):
         if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
-            return True, cond.get("reason", "ReplicaFailure"), cond.get("message", "")
-        if cond.get("type") == "Progressing" and cond.get("reason") == "ProgressDeadlineExceeded":
-            return True, "ProgressDeadlineExceeded", cond.get("message", "")
-    return False, "AsExpected", ""
+            return True, cond.get("reason", Reason.REPLICA_FAILURE), cond.get("message", "")
+        if cond.get("type") == "Progressing" and cond.get("reason") == Reason.PROGRESS_DEADLINE_EXCEEDED:
+            return True, Reason.PROGRESS_DEADLINE_EXCEEDED, cond.get("message", "")
+    return False, Reason.AS_EXPECTED, ""
 
 
 def healthy_status(
@@ -48,12 +74,12 @@ def healthy_status(
     """Status after a successful apply."""
     gen, plan = desired.owner.generation, desired.plan
     conds = list(old.get("conditions") or [])
-    conds = set_condition(conds, "SizingValid", True, "Sized", plan.summary(), gen, now)
+    conds = set_condition(conds, ConditionType.SIZING_VALID, True, Reason.SIZED, plan.summary(), now, gen)
     ready, reason, message, progressing, preason = _rollout(desired, deployment)
-    conds = set_condition(conds, "Ready", ready, reason, message, gen, now)
-    conds = set_condition(conds, "Progressing", progressing, preason, message, gen, now)
+    conds = set_condition(conds, ConditionType.READY, ready, reason, message, now, gen)
+    conds = set_condition(conds, ConditionType.PROGRESSING, progressing, preason, message, now, gen)
     failed, freason, fmessage = _deployment_failure(deployment)
-    conds = set_condition(conds, "Degraded", failed, freason, fmessage, gen, now)
+    conds = set_condition(conds, ConditionType.DEGRADED, failed, freason, fmessage, now, gen)
     st = deployment.get("status") or {}
     return {
         "observedGeneration": gen,
@@ -73,12 +99,13 @@ def failed_status(old: dict[str, Any], err: SpecError, generation: int, now: str
     """Status of a spec that cannot work: the failing condition False with the reason, Ready False
     unless pods from an earlier, valid spec are still serving (those are left running)."""
     conds = list(old.get("conditions") or [])
-    if err.condition == "SizingValid":
-        conds = set_condition(conds, "SizingValid", False, err.reason, str(err), generation, now)
-    conds = set_condition(conds, "Degraded", True, err.reason, str(err), generation, now)
-    conds = set_condition(conds, "Progressing", False, err.reason, "the spec cannot be reconciled", generation, now)
+    if err.condition is SpecCondition.SIZING_VALID:
+        conds = set_condition(conds, ConditionType.SIZING_VALID, False, err.reason, str(err), now, generation)
+    conds = set_condition(conds, ConditionType.DEGRADED, True, err.reason, str(err), now, generation)
+    conds = set_condition(conds, ConditionType.PROGRESSING, False, err.reason, "the spec cannot be reconciled",
+                          now, generation)
     if not old.get("readyReplicas"):
-        conds = set_condition(conds, "Ready", False, err.reason, str(err), generation, now)
+        conds = set_condition(conds, ConditionType.READY, False, err.reason, str(err), now, generation)
     return {k: v for k, v in old.items() if k in RECONCILER_KEYS} | {
         "observedGeneration": generation,
         "conditions": conds,

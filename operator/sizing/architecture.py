@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 DTYPE_BYTES: dict[str, float] = {
-    "float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "int8": 1, "int4": 0.5,
+    "float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "int8": 1, "int4": 0.5,
 }  # fmt: skip
 
 

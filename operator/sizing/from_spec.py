@@ -7,15 +7,23 @@ one sequence of maxModelLen tokens (the least that lets the engine accept its lo
 
 from __future__ import annotations
 
+import dataclasses
+
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
 from llmop.operator.api.quantity import parse_bytes
 from llmop.operator.sizing.architecture import Accelerator, Architecture
 from llmop.operator.sizing.catalog import EMBEDDED, lookup
-from llmop.operator.sizing.plan import SizingError, SizingPlan, SizingRequest, size
+from llmop.operator.sizing.plan import SizingError, SizingPlan, SizingReason, SizingRequest, size
 
 
 def architecture_for(spec: LLMDeploymentSpec) -> Architecture:
-    """The architecture sizing uses; SizingError(ArchitectureUnknown) when there is none."""
+    """The architecture sizing uses (weights at one byte with int8 quantization); SizingError
+    (ArchitectureUnknown) when there is none."""
+    arch = _architecture(spec)
+    return dataclasses.replace(arch, dtype="int8") if spec.model.quantization == "int8" else arch
+
+
+def _architecture(spec: LLMDeploymentSpec) -> Architecture:
     model = spec.model
     if model.architecture is not None:
         return Architecture(**model.architecture.model_dump())
@@ -24,7 +32,7 @@ def architecture_for(spec: LLMDeploymentSpec) -> Architecture:
     found = lookup(model.source) or lookup(model.name)
     if found is None:
         raise SizingError(
-            "ArchitectureUnknown",
+            SizingReason.ARCHITECTURE_UNKNOWN,
             f"the operator does not know the architecture of {model.source!r}; "
             "give spec.model.architecture (parameters, layers, attentionHeads, kvHeads, headDim)",
         )
@@ -37,7 +45,7 @@ def request_for(spec: LLMDeploymentSpec) -> SizingRequest:
     max_model_len = spec.engine.max_model_len or arch.max_context_length
     if max_model_len is None:
         raise SizingError(
-            "MaxModelLenUnknown",
+            SizingReason.MAX_MODEL_LEN_UNKNOWN,
             "set spec.engine.maxModelLen or spec.model.architecture.maxContextLength",
         )
     kv = spec.kv_cache
@@ -46,7 +54,7 @@ def request_for(spec: LLMDeploymentSpec) -> SizingRequest:
     elif kv.concurrency is not None and kv.context_length is not None:
         if kv.context_length > max_model_len:
             raise SizingError(
-                "ContextTooLong",
+                SizingReason.CONTEXT_TOO_LONG,
                 f"kvCache.contextLength {kv.context_length} exceeds maxModelLen {max_model_len}",
             )
         budget = kv.concurrency * kv.context_length

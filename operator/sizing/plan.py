@@ -10,11 +10,33 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from llmop.operator.api.quantity import format_bytes
 from llmop.operator.sizing.architecture import Accelerator, Architecture
 
 SEARCH_LIMIT = 1024  # how far past one node we look, to say how many GPUs it *would* take
+
+
+class Rejection(StrEnum):
+    """The rule a tensor-parallel size breaks, checked in this order."""
+
+    HEADS = "Heads"  # does not divide the attention heads
+    KV_HEADS = "KVHeads"  # neither divides nor is a multiple of the KV heads
+    MEMORY = "Memory"  # needs more than the usable memory per GPU
+    NODE = "Node"  # more GPUs than one node has
+
+
+class SizingReason(StrEnum):
+    """Why no plan exists: the CamelCase reason of the SizingValid=False condition."""
+
+    INVALID_BUDGET = "InvalidBudget"
+    TENSOR_PARALLEL_INVALID = "TensorParallelInvalid"
+    EXCEEDS_NODE = "ExceedsNode"
+    DOES_NOT_FIT = "DoesNotFit"
+    ARCHITECTURE_UNKNOWN = "ArchitectureUnknown"
+    MAX_MODEL_LEN_UNKNOWN = "MaxModelLenUnknown"
+    CONTEXT_TOO_LONG = "ContextTooLong"
 
 
 @dataclass(frozen=True)
@@ -36,7 +58,8 @@ class SizingRequest:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One tensor-parallel size and its per-GPU terms; `rejected` says why it does not work."""
+    """One tensor-parallel size and its per-GPU terms; `rejection` is the rule it breaks and
+    `rejected` says so in words (None for both when it works)."""
 
     t: int
     kv_ranks: int
@@ -44,6 +67,7 @@ class Candidate:
     kv_budget_bytes: int
     reserved_bytes: int
     usable_bytes: int
+    rejection: Rejection | None = None
     rejected: str | None = None
 
     @property
@@ -100,7 +124,7 @@ class SizingPlan:
 class SizingError(ValueError):
     """No tensor-parallel size works; `reason` is a CamelCase condition reason, str() the message."""
 
-    def __init__(self, reason: str, message: str, candidates: list[Candidate] | None = None):
+    def __init__(self, reason: SizingReason, message: str, candidates: list[Candidate] | None = None):
         super().__init__(message)
         self.reason = reason
         self.candidates = candidates or []
@@ -119,38 +143,42 @@ def evaluate(req: SizingRequest, t: int) -> Candidate:
         usable_bytes=acc.usable_bytes,
     )
     if arch.attention_heads % t:
-        return Candidate(**cand, rejected=f"does not divide the {arch.attention_heads} attention heads")
+        return Candidate(**cand, rejection=Rejection.HEADS,
+                         rejected=f"does not divide the {arch.attention_heads} attention heads")
     if arch.kv_heads % t and t % arch.kv_heads:
-        return Candidate(**cand, rejected=f"neither divides nor is a multiple of the {arch.kv_heads} KV heads")
+        return Candidate(**cand, rejection=Rejection.KV_HEADS,
+                         rejected=f"neither divides nor is a multiple of the {arch.kv_heads} KV heads")
     c = Candidate(**cand)
     if c.need_bytes > c.usable_bytes:
         return Candidate(
             **cand,
+            rejection=Rejection.MEMORY,
             rejected=f"needs {format_bytes(c.need_bytes)} per GPU, {format_bytes(c.usable_bytes)} usable",
         )
     if t > acc.gpus_per_node:
-        return Candidate(**cand, rejected=f"more than the {acc.gpus_per_node} GPUs of one node")
+        return Candidate(**cand, rejection=Rejection.NODE,
+                         rejected=f"more than the {acc.gpus_per_node} GPUs of one node")
     return c
 
 
 def size(req: SizingRequest) -> SizingPlan:
     """The plan with the smallest working t (or the fixed `req.tensor`); SizingError if none works."""
     if req.budget_tokens < 1 or req.max_model_len < 1:
-        raise SizingError("InvalidBudget", "the KV budget and maxModelLen must be positive")
+        raise SizingError(SizingReason.INVALID_BUDGET, "the KV budget and maxModelLen must be positive")
     if req.tensor is not None:
         cand = evaluate(req, req.tensor)
-        if cand.rejected:
-            raise SizingError("TensorParallelInvalid", f"tensor parallel size {req.tensor} {cand.rejected}", [cand])
+        if cand.rejection:
+            raise SizingError(SizingReason.TENSOR_PARALLEL_INVALID, f"tensor parallel size {req.tensor} {cand.rejected}", [cand])
         return SizingPlan(req, cand, [cand])
     tried: list[Candidate] = []
     for t in range(1, max(req.accelerator.gpus_per_node, SEARCH_LIMIT) + 1):
         cand = evaluate(req, t)
         tried.append(cand)
-        if cand.rejected is None:
+        if cand.rejection is None:
             return SizingPlan(req, cand, [c for c in tried if c.t <= req.accelerator.gpus_per_node])
-        if cand.rejected.startswith("more than"):
-            raise SizingError("ExceedsNode", _exceeds_node(req, t), _on_node(req, tried))
-    raise SizingError("DoesNotFit", _never_fits(req, tried), _on_node(req, tried))
+        if cand.rejection is Rejection.NODE:
+            raise SizingError(SizingReason.EXCEEDS_NODE, _exceeds_node(req, t), _on_node(req, tried))
+    raise SizingError(SizingReason.DOES_NOT_FIT, _never_fits(req, tried), _on_node(req, tried))
 
 
 def _on_node(req: SizingRequest, tried: list[Candidate]) -> list[Candidate]:
@@ -168,7 +196,7 @@ def _exceeds_node(req: SizingRequest, t: int) -> str:
 
 
 def _never_fits(req: SizingRequest, tried: list[Candidate]) -> str:
-    valid = [c for c in tried if c.rejected and c.rejected.startswith("needs")]
+    valid = [c for c in tried if c.rejection is Rejection.MEMORY]
     if not valid:
         return "no tensor-parallel size splits the attention and KV heads"
     best = min(valid, key=lambda c: c.need_bytes)

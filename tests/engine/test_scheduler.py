@@ -1,13 +1,19 @@
-"""Scheduling policy without a model: budgets, admission, chunked prefill, priority, preemption."""
+"""Scheduling policy without a model: budgets, admission, chunked prefill, priority, preemption,
+prefix-cache admission and n > 1 choices sharing a prompt."""
 
+import pytest
+
+from llmop.engine.block_hash import BlockHasher
 from llmop.engine.block_manager import BlockManager
+from llmop.engine.prefix_cache import PrefixCache
 from llmop.engine.request import Request, RequestStatus
 from llmop.engine.sampling_params import SamplingParams
 from llmop.engine.scheduler import Scheduler, SchedulerConfig
 
 
-def make(num_blocks=64, block_size=4, max_num_seqs=4, budget=32):
-    return Scheduler(SchedulerConfig(max_num_seqs, budget, 10_000), BlockManager(num_blocks, block_size))
+def make(num_blocks=64, block_size=4, max_num_seqs=4, budget=32, caching=True):
+    blocks = BlockManager(num_blocks, block_size, caching)
+    return Scheduler(SchedulerConfig(max_num_seqs, budget, 10_000), blocks, PrefixCache(blocks, BlockHasher(block_size)))
 
 
 def req(rid, n_prompt, priority=0):
@@ -61,8 +67,9 @@ def test_priority_then_arrival_order():
     assert out.chunks[0].request.request_id == "urgent"
 
 
-def test_out_of_blocks_preempts_the_newest_and_recomputes_it():
-    s = make(num_blocks=4, block_size=4, max_num_seqs=4, budget=100)
+@pytest.mark.parametrize("caching", [False, True])
+def test_out_of_blocks_preempts_the_newest_and_recomputes_it(caching):
+    s = make(num_blocks=4, block_size=4, max_num_seqs=4, budget=100, caching=caching)
     old, new = req("old", 8), req("new", 8)
     s.add(old)
     s.add(new)
@@ -75,7 +82,8 @@ def test_out_of_blocks_preempts_the_newest_and_recomputes_it():
     assert new.output_token_ids == [7]  # its generated token is kept and recomputed as prompt
     s.finish(old, "stop")
     out = run_step(s)
-    assert [(c.request.request_id, c.start, c.num_tokens) for c in out.chunks] == [("new", 0, 9)]
+    # recomputed from scratch, or, with caching, after the 2 full blocks its preemption left cached
+    assert [(c.request.request_id, c.start, c.num_tokens) for c in out.chunks] == [("new", 8 if caching else 0, 9 - (8 if caching else 0))]
 
 
 def test_finish_and_abort_free_blocks_wherever_the_request_is():
@@ -88,3 +96,76 @@ def test_finish_and_abort_free_blocks_wherever_the_request_is():
     s.finish(a, "abort")  # running
     assert s.blocks.pool.num_free == s.blocks.pool.num_blocks
     assert not s.has_work()
+
+
+def test_a_request_starts_after_its_longest_cached_prefix():
+    s = make(budget=100)
+    a = req("a", 14)
+    s.add(a)
+    run_step(s)
+    s.finish(a, "stop")  # its 3 full blocks (12 tokens) stay cached
+    b = Request("b", list(range(1, 11)) + [99] * 6, SamplingParams(max_tokens=5))
+    s.add(b)
+    out = run_step(s)
+    assert [(c.start, c.num_tokens) for c in out.chunks] == [(8, 8)]  # blocks 0-1 shared, block 2 differs
+    assert b.num_cached_tokens == 8 and s.prefix.queries == 14 + 16 and s.prefix.hits == 8
+    same = req("same", 12)  # all 3 blocks cached, but the last token is computed: 2 blocks reused
+    s.add(same)
+    assert [(c.start, c.num_tokens) for c in run_step(s).chunks if c.request is same] == [(8, 4)]
+
+
+def test_caching_off_starts_from_zero():
+    s = make(budget=100, caching=False)
+    for rid in ("a", "b"):
+        r = req(rid, 14)
+        s.add(r)
+        out = run_step(s)
+        assert [(c.start, c.num_tokens) for c in out.chunks if c.request is r] == [(0, 14)]
+        s.finish(r, "stop")
+
+
+def n_choices(s, prompt_len, n=3):
+    leader = req("c0", prompt_len)
+    followers = [Request(f"c{i}", list(leader.prompt_token_ids), leader.params, prompt_leader=leader)
+                 for i in range(1, n)]
+    for r in [leader, *followers]:
+        s.add(r)
+    return leader, followers
+
+
+def test_n_choices_wait_for_the_prompt_then_share_it_copying_the_partial_block():
+    s = make(budget=8, caching=False)  # the sharing needs no cache
+    leader, followers = n_choices(s, 11)
+    assert s.num_waiting == 3 and len(s.waiting) == 1
+    out = run_step(s)  # a chunk of 8 of the leader's 11 tokens; the followers stay parked
+    assert [c.request for c in out.chunks] == [leader]
+    out = run_step(s)
+    assert [c.request for c in out.chunks] == [leader] and len(s.waiting) == 2  # prompt done: released
+    out = run_step(s)
+    assert [(c.request.request_id, c.start, c.num_tokens) for c in out.chunks] == [
+        ("c0", 11, 1), ("c1", 10, 1), ("c2", 10, 1)]
+    table = s.blocks.tables
+    assert table["c1"][:2] == table["c2"][:2] == table["c0"][:2]  # tokens 0-7 shared
+    assert out.block_copies == ((table["c0"][2], table["c1"][2]), (table["c0"][2], table["c2"][2]))
+    assert [f.num_cached_tokens for f in followers] == [10, 10]
+
+
+def test_n_choices_need_no_copy_when_the_shared_tokens_end_on_a_block():
+    s = make(budget=100)
+    leader, followers = n_choices(s, 9)  # followers share tokens 0-7 (2 blocks) and compute token 8
+    run_step(s)
+    out = run_step(s)
+    assert out.block_copies == () and {(c.start, c.num_tokens) for c in out.chunks if c.request in followers} == {(8, 1)}
+
+
+def test_followers_of_an_aborted_leader_are_released_and_use_the_cache():
+    s = make(budget=8)
+    leader, followers = n_choices(s, 14)
+    run_step(s)  # 8 tokens computed: 2 blocks cached
+    s.finish(leader, "abort")
+    assert len(s.waiting) == 2
+    out = run_step(s)
+    assert [(c.request.request_id, c.start) for c in out.chunks] == [("c1", 8), ("c2", 8)]
+    s.finish(followers[0], "abort")
+    s.finish(followers[1], "abort")  # parked or waiting, a follower ends cleanly
+    assert not s.has_work() and s.blocks.pool.num_free == s.blocks.pool.num_blocks

@@ -121,3 +121,11 @@ def test_spec_errors_build_nothing(spec, condition, reason):
 
 def test_builders_are_deterministic():
     assert objects({"replicas": 2}) == objects({"replicas": 2})
+
+
+def test_prefix_caching_is_the_engine_default_unless_the_spec_turns_it_off():
+    assert engine_config(objects()).enable_prefix_caching is True
+    assert engine_config(objects({"engine": {"enablePrefixCaching": False}})).enable_prefix_caching is False
+    with pytest.raises(SpecError) as err:  # the typed field, not an override, decides it
+        desired_state(body({"engine": {"overrides": {"enable_prefix_caching": False}}}), SETTINGS)
+    assert "spec.engine.enablePrefixCaching" in str(err.value)

@@ -1,10 +1,12 @@
 """Status and conditions as pure functions: no churn, the right reasons, Events on transitions."""
 
-from llmop.operator.build.desired import SpecError, desired_state
+from llmop.operator.api.conditions import get_condition
+from llmop.operator.build.desired import desired_state
+from llmop.operator.build.errors import SpecCondition, SpecError, SpecReason
 from llmop.operator.build.settings import Settings
-from llmop.operator.reconcile.conditions import get_condition
 from llmop.operator.reconcile.reconciler import transitions
 from llmop.operator.reconcile.status import changed, failed_status, healthy_status
+from llmop.operator.sizing.plan import SizingReason
 
 BODY = {"metadata": {"name": "chat", "namespace": "ml", "uid": "u", "generation": 2}, "spec": {"replicas": 2}}
 DESIRED = desired_state(BODY, Settings())
@@ -51,7 +53,7 @@ def test_transition_to_ready_is_an_event():
 
 
 def test_sizing_failure():
-    err = SpecError("SizingValid", "ExceedsNode", "needs 10 GPUs of 80 GiB per node; nodes have 8")
+    err = SpecError(SpecCondition.SIZING_VALID, SizingReason.EXCEEDS_NODE, "needs 10 GPUs of 80 GiB per node; nodes have 8")
     st = failed_status({}, err, 2, "t1")
     sizing = cond(st, "SizingValid")
     assert sizing["reason"] == "ExceedsNode" and "nodes have 8" in sizing["message"]
@@ -64,6 +66,6 @@ def test_sizing_failure():
 
 def test_failure_keeps_serving_pods_ready():
     ok = healthy_status({}, DESIRED, dep(ready=2), "t1")
-    st = failed_status(ok, SpecError("Degraded", "InvalidEngineConfig", "bad"), 3, "t2")
+    st = failed_status(ok, SpecError(SpecCondition.DEGRADED, SpecReason.INVALID_ENGINE_CONFIG, "bad"), 3, "t2")
     assert cond(st, "Ready")["status"] == "True" and cond(st, "Degraded")["status"] == "True"
     assert st["sizing"] == ok["sizing"]

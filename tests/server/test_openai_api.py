@@ -50,7 +50,11 @@ def test_chat_streaming_with_usage(openai_client, model):
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
-    assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+    assert chunks[-1].choices == []
+    usage, first = chunks[-1].usage, whole.usage
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (
+        first.prompt_tokens, first.completion_tokens, first.total_tokens)
+    assert usage.prompt_tokens_details.cached_tokens > 0  # the same prompt again: served from the cache
 
 
 def test_completion_streaming(openai_client, model):

@@ -1,5 +1,8 @@
-"""Setting Kubernetes-style conditions without churn: a condition's lastTransitionTime changes only
-when its status does, so re-reconciling an unchanged object writes nothing."""
+"""Setting Kubernetes-style conditions (metav1.Condition, in their wire form) without churn.
+
+A condition's lastTransitionTime changes only when its status does, so re-deciding an unchanged
+state writes nothing. The reconciler's conditions and the autoscaler's use these same functions.
+"""
 
 from __future__ import annotations
 
@@ -12,21 +15,17 @@ def set_condition(
     status: bool | str,
     reason: str,
     message: str,
-    generation: int,
     now: str,
+    generation: int | None = None,
 ) -> list[dict[str, Any]]:
-    """A new list with condition `type_` set (others kept, order stable)."""
+    """A new list with condition `type_` set (others kept, order stable). `generation` is the
+    metadata.generation the condition is about (left out when None)."""
     value = status if isinstance(status, str) else ("True" if status else "False")
-    old = next((c for c in conditions if c.get("type") == type_), None)
+    old = get_condition(conditions, type_)
     since = old["lastTransitionTime"] if old and old.get("status") == value and old.get("lastTransitionTime") else now
-    new = {
-        "type": type_,
-        "status": value,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since,
-        "observedGeneration": generation,
-    }
+    new = {"type": str(type_), "status": value, "reason": str(reason), "message": message, "lastTransitionTime": since}
+    if generation is not None:
+        new["observedGeneration"] = generation
     out = [new if c.get("type") == type_ else c for c in conditions]
     return out if old else [*out, new]
 

@@ -1,0 +1,69 @@
+"""Weight-only int8: a pass that stores the linear layers' weights as int8 with per-channel scales.
+
+`quantization: int8` in the engine config. Each output channel (row of W) gets one scale,
+`absmax(row) / 127`; activations stay in the model's dtype and the product is `(x Wq^T) * scale`.
+Decode streams the weights once per step, so it reads a quarter of fp32's bytes and half of bf16's.
+
+Like the LoRA pass it replaces modules in place and keeps their names, so it composes with the
+other passes: tensor parallelism shards the plain weights first, fusion concatenates them, then this
+pass quantizes whatever linear layers it finds (a fused weight gets per-channel scales of its
+concatenated rows, which are the parts' own), and LoRA wraps the result. The embedding table is
+not quantized; a tied LM head gets an int8 copy of its own.
+
+The matmul: `torch._weight_int8pack_mm` on the CPU (bf16/fp16/fp32 activations, int8 weights and
+per-channel scales in the activations' dtype), the Triton int8 x bf16 GEMM of `llmop.kernels.int8_matmul`
+on CUDA; `ref_int8_matmul` is the torch reference both are tested against.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from llmop.kernels.int8_matmul import int8_matmul, quantize_per_channel
+
+QUANTIZATIONS = ("none", "int8")
+
+
+class Int8Linear(nn.Module):
+    """`y = (x Wq^T) * scale + b` with `Wq` int8 `[out, in]` and `scale` `[out]` in the activations'
+    dtype. `weight` keeps the name of the float parameter it replaces (state-dict paths stay HF's)."""
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.in_features, self.out_features = qweight.shape[1], qweight.shape[0]
+        self.register_buffer("weight", qweight)
+        self.register_buffer("scale", scale)
+        self.bias = bias
+
+    @classmethod
+    def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> "Int8Linear":
+        q, scale = quantize_per_channel(weight)
+        return cls(q, scale.to(dtype), bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = int8_matmul(x, self.weight, self.scale)
+        return y + self.bias if self.bias is not None else y
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
+
+
+def _is_float_linear(module: nn.Module) -> bool:
+    return isinstance(module, nn.Linear) and module.weight.is_floating_point()
+
+
+@torch.no_grad()
+def quantize_int8(model: nn.Module, dtype: torch.dtype) -> int:
+    """Replace every float `nn.Linear` (the engine's `Linear` included) by an `Int8Linear`, in place;
+    returns how many were replaced. Refuses a model the LoRA pass was applied to (LoRA wraps the
+    quantized layers, not the other way round)."""
+    targets = [(name, m) for name, m in model.named_modules() if _is_float_linear(m)]
+    if any(type(m).__name__ == "LoraLinear" for m in model.modules()):
+        raise ValueError("quantize before the LoRA pass: LoRA layers wrap the quantized weights")
+    for name, module in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        # A tied head shares the embedding's parameter; quantizing copies it (the table stays float).
+        setattr(parent, attr, Int8Linear.from_float(module.weight, module.bias, dtype))
+    return len(targets)

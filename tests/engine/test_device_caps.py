@@ -1,0 +1,30 @@
+"""The dtype `auto` picks follows the device's capability (pure functions, no model)."""
+
+import torch
+
+from llmop.engine.device_caps import CpuFeatures, auto_dtype, parse_cpu_flags, resolve_dtype
+
+ZEN2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\nbugs\t\t: sysret_ss_attrs\n"
+ZEN4 = "flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16\n"
+SAPPHIRE = "flags\t\t: avx512f avx512_vnni amx_bf16 amx_tile amx_int8\n"
+
+
+def test_flags_are_read_from_the_first_flags_line():
+    assert parse_cpu_flags(ZEN2) == CpuFeatures(False, False, False)
+    assert parse_cpu_flags(ZEN4) == CpuFeatures(True, False, True)
+    assert parse_cpu_flags(SAPPHIRE) == CpuFeatures(False, True, True)
+    assert parse_cpu_flags("") == CpuFeatures(False, False, False)
+
+
+def test_auto_is_bf16_only_where_the_cpu_runs_it_natively():
+    cpu = torch.device("cpu")
+    assert auto_dtype(cpu, parse_cpu_flags(ZEN2))[0] == torch.float32
+    assert "emulated" in auto_dtype(cpu, parse_cpu_flags(ZEN2))[1]
+    assert auto_dtype(cpu, parse_cpu_flags(ZEN4))[0] == torch.bfloat16
+    assert auto_dtype(cpu, parse_cpu_flags(SAPPHIRE))[0] == torch.bfloat16
+    assert auto_dtype(torch.device("cuda"), parse_cpu_flags(ZEN2))[0] == torch.bfloat16
+
+
+def test_a_named_dtype_is_taken_as_is():
+    assert resolve_dtype("float16", torch.device("cpu")) == (torch.float16, "configured")
+    assert resolve_dtype("float32", torch.device("cuda"))[0] == torch.float32

@@ -1,0 +1,25 @@
+"""spec.model.quantization: sizing counts one byte per weight and the engine is told to quantize."""
+
+from llmop.operator.api.llmdeployment import LLMDeploymentSpec
+from llmop.operator.build.engine_config import engine_config
+from llmop.operator.build.sources import Sources
+from llmop.operator.sizing.from_spec import plan_for
+
+NO_SOURCES = Sources(model=None, adapters=(), init_containers=(), claims=())
+
+
+def _spec(quantization: str) -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate({
+        "model": {"source": "hf://meta-llama/Meta-Llama-3-8B-Instruct", "quantization": quantization},
+        "accelerator": {"memoryPerGPU": "24Gi"}, "kvCache": {"budgetTokens": 8192},
+    })
+
+
+def test_int8_weights_are_sized_at_one_byte_and_rendered():
+    plain, int8 = plan_for(_spec("none")), plan_for(_spec("int8"))
+    params = plain.request.architecture.parameters
+    assert plain.chosen.weights_bytes == 2 * params and int8.chosen.weights_bytes == params
+    assert int8.request.kv_bytes_per_token == plain.request.kv_bytes_per_token, "KV stays bfloat16"
+    cfg = engine_config(_spec("int8"), "llama", int8, NO_SOURCES)
+    assert cfg.quantization == "int8" and cfg.kv_cache_dtype == "bfloat16"
+    assert engine_config(_spec("none"), "llama", plain, NO_SOURCES).quantization == "none"
