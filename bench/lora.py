@@ -98,8 +98,7 @@ def step_times(args) -> dict:
             t0 = time.perf_counter()
             eng.step()
             samples[k].append(time.perf_counter() - t0)
-            b = eng.lora.state.batch
-            assert (b is None and k == 0) or (b is not None and len(b.slots) == k)
+            assert len(slots_used(eng)) == k
     med = {k: statistics.median(v) for k, v in samples.items()}
     return {"base_ms": med[0] * 1e3,
             **{f"{k}_adapters_ms": med[k] * 1e3 for k in configs[1:]},
@@ -128,6 +127,12 @@ def workload(args, names, seed=1):
     return out
 
 
+def slots_used(eng) -> set[int]:
+    """Distinct adapter slots of the engine's last step (its ForwardBatch's LoRA mapping)."""
+    m = eng.last_batch.lora if eng.last_batch is not None else None
+    return set() if m is None or m.token_slots is None else set(m.token_slots) - {-1}
+
+
 def lora_steps(eng, reqs, tag, seen):
     """Serve every request in one engine, a step per iteration; yields the tokens each step made and
     records (running requests, distinct adapters) per step in `seen`."""
@@ -135,8 +140,7 @@ def lora_steps(eng, reqs, tag, seen):
         eng.add_request(f"{tag}-{i}", prompt, greedy(n), adapter=a)
     while eng.has_unfinished():
         outs = eng.step()
-        b = eng.lora.state.batch if eng.lora.enabled else None
-        seen.append((len(eng.scheduler.running), 0 if b is None else len(b.slots)))
+        seen.append((len(eng.scheduler.running), len(slots_used(eng))))
         yield sum(len(o.new_token_ids) for o in outs)
 
 
@@ -168,7 +172,7 @@ def naive_steps(eng, reqs, adapters, tag):
     groups: dict[str, list] = {}
     for r in reqs:
         groups.setdefault(r[2], []).append(r)
-    merged = Merged(eng.model)
+    merged = Merged(eng.executor.runner.model)
     for a, group in groups.items():
         merged.merge(adapters[a])
         for i, (prompt, n, _) in enumerate(group):

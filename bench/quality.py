@@ -42,24 +42,17 @@ def fixed_text() -> str:
     return "\n\n".join([zen.getvalue(), json.__doc__, difflib.__doc__])
 
 
-@torch.inference_mode()
 def text_logits(engine, ids: list[int]) -> torch.Tensor:
-    """float32 logits [len(ids), vocab] of one sequence, in one pass through the engine's model."""
-    from llmop.engine.attention import AttentionMetadata
+    """float32 logits [len(ids), vocab] of one sequence, in one step of the engine (every row's logits)."""
+    from llmop.engine.sampling_params import SamplingParams
 
-    bs, n, dev = engine.kv_spec.block_size, len(ids), engine.device
-    blocks = -(-n // bs)
-    meta = AttentionMetadata(
-        slot_mapping=torch.arange(n, device=dev), block_tables=torch.arange(blocks, dtype=torch.int32, device=dev)[None],
-        seq_lens=torch.tensor([n], dtype=torch.int32, device=dev),
-        query_start_loc=torch.tensor([0, n], dtype=torch.int32, device=dev),
-        seq_lens_list=(n,), query_lens_list=(n,), max_seq_len=n, block_size=bs,
-    )
-    runner = engine.runner
-    meta = runner.backend.prepare(meta, runner.kv_caches[0][0])
-    hidden = engine.model(torch.tensor(ids, device=dev), torch.arange(n, device=dev), runner.kv_caches, meta,
-                          runner.backend)
-    return engine.model.compute_logits(hidden).float().cpu()
+    engine.add_request("quality-probe", list(ids), SamplingParams(max_tokens=1))
+    out = engine.scheduler.schedule()
+    if out.num_batched_tokens != len(ids):
+        raise ValueError(f"the text ({len(ids)} tokens) does not fit one step: raise max_num_batched_tokens")
+    logits = engine.executor.logits(engine.build_batch(out, all_logits=True))
+    engine.abort("quality-probe")
+    return logits
 
 
 def main() -> None:
@@ -78,7 +71,7 @@ def main() -> None:
     greedy = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
     ref_top, ref_cont, rows = None, None, []
     for name in names:
-        llm = LLM(None, kv_cache_memory_bytes=64 << 20, **CONFIGS[name])
+        llm = LLM(None, kv_cache_memory_bytes=64 << 20, max_num_batched_tokens=4096, **CONFIGS[name])
         ids = llm.tokenizer.encode(text)
         logits = text_logits(llm.engine, ids)
         nll = torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:]))

@@ -4,6 +4,10 @@ Coroutines never touch the engine: they put commands (add, abort) into an inbox 
 thread drains before every step, and receive outputs through per-request asyncio queues filled
 with `call_soon_threadsafe`. So submitting from many coroutines (or threads) is safe, and a
 request whose consumer goes away is aborted and freed within one step.
+
+When the engine can no longer step (a worker process died or hung: `LLMEngine.failure`), the loop
+ends every request with an error and stops, and refuses whatever arrives later, so `/health`
+turns unhealthy and no request waits forever.
 """
 
 from __future__ import annotations
@@ -85,13 +89,20 @@ class AsyncEngine:
 
     @property
     def is_running(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive() and self.engine.failure is None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine stopped for good (None while it runs or after a clean shutdown)."""
+        return self.engine.failure
 
     async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                        priority: int = 0, adapter: str | None = None,
                        arrival_time: float | None = None, cache_salt: str | None = None,
                        share_prompt_with: str | None = None) -> AsyncIterator[RequestOutput]:
         """Stream the request's outputs; leaving the iteration early aborts the request."""
+        if not self.is_running and self._thread.ident is not None:
+            raise RuntimeError(f"the engine is not running: {self.engine.failure or 'stopped'}")
         sink = _Sink(asyncio.get_running_loop())
         self._inbox.put(_Add(request_id, list(prompt_token_ids), params, priority, adapter,
                              arrival_time or time.monotonic(), sink, cache_salt, share_prompt_with))
@@ -171,6 +182,8 @@ class AsyncEngine:
             except Exception:
                 log.exception("engine step failed; aborting the running requests")
                 self._fail_all()
+                if eng.failure is not None:
+                    break  # the executor is gone: nothing can step again
                 continue
             self.num_steps += 1
             self.stats = eng.stats()
@@ -183,10 +196,24 @@ class AsyncEngine:
             if self.on_step is not None:
                 self.on_step(eng, outputs)
         self.stats = eng.stats()
+        if eng.failure is not None:
+            self._refuse_inbox()
+
+    def _refuse_inbox(self) -> None:
+        """After a failure: whatever is still queued gets the error, not silence."""
+        error = RuntimeError(f"the engine is not running: {self.engine.failure}")
+        while True:
+            try:
+                cmd = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(cmd, (_Add, _Call)):
+                cmd.sink.put(error)
 
     def _fail_all(self) -> None:
+        why = self.engine.failure or "engine step failed"
         for rid, sink in list(self._sinks.items()):
             self.engine.abort(rid)
-            sink.put(RuntimeError("engine step failed"))
+            sink.put(RuntimeError(why))
         self._sinks.clear()
         self.stats = self.engine.stats()

@@ -12,7 +12,7 @@ import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -61,18 +61,33 @@ def open_checkpoint(model: str | None) -> Checkpoint:
     raise UnsupportedModelError(f"{path}: expected a .gguf file or a directory with config.json")
 
 
-def load_state_dict(ckpt: Checkpoint, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """All weights of the checkpoint under HF names, in `dtype`."""
+Select = Callable[[str, tuple[int, ...]], "tuple[int, int, int] | None"]
+
+
+def load_state_dict(ckpt: Checkpoint, dtype: torch.dtype, select: Select | None = None) -> dict[str, torch.Tensor]:
+    """All weights of the checkpoint under HF names, in `dtype`. `select(name, shape)` may return
+    (dim, start, length): only that slice of the tensor is kept (a tensor-parallel rank's share).
+    Safetensors are read slice by slice from the file, so a rank never holds the whole checkpoint;
+    a GGUF tensor is dequantized whole, then narrowed, one tensor at a time."""
     if ckpt.format == "gguf":
-        return _gguf_state_dict(ckpt, dtype)
-    from safetensors.torch import load_file
+        return _gguf_state_dict(ckpt, dtype, select)
+    from safetensors import safe_open
 
     files = sorted(ckpt.path.glob("*.safetensors"))
     if not files:
         raise UnsupportedModelError(f"{ckpt.path}: no *.safetensors files")
     sd: dict[str, torch.Tensor] = {}
     for f in files:
-        sd.update({k: v.to(dtype) for k, v in load_file(str(f)).items()})
+        with safe_open(str(f), framework="pt") as fh:
+            for name in fh.keys():
+                part = fh.get_slice(name)
+                where = select(name, tuple(part.get_shape())) if select is not None else None
+                if where is None:
+                    sd[name] = fh.get_tensor(name).to(dtype)
+                else:
+                    dim, start, length = where
+                    index = (slice(None),) * dim + (slice(start, start + length),)
+                    sd[name] = part[index].to(dtype).contiguous()
     return sd
 
 
@@ -159,7 +174,7 @@ def _unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _gguf_state_dict(ckpt: Checkpoint, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _gguf_state_dict(ckpt: Checkpoint, dtype: torch.dtype, select: Select | None = None) -> dict[str, torch.Tensor]:
     from gguf.quants import dequantize
 
     cfg = ckpt.config
@@ -178,6 +193,9 @@ def _gguf_state_dict(ckpt: Checkpoint, dtype: torch.dtype) -> dict[str, torch.Te
         w = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)  # a writable copy
         if permute and parts[0] == "blk" and parts[2] in ("attn_q", "attn_k"):
             w = _unpermute_rope_rows(w, cfg.num_heads if parts[2] == "attn_q" else cfg.num_kv_heads)
+        where = select(hf, tuple(w.shape)) if select is not None else None
+        if where is not None:
+            w = w.take(np.arange(where[1], where[1] + where[2]), axis=where[0])
         sd[hf] = torch.from_numpy(np.ascontiguousarray(w)).to(dtype)
     if rope_freqs is not None:
         sd["rope_freqs"] = rope_freqs  # llama3-style scaling baked in as per-frequency divisors

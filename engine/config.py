@@ -38,7 +38,13 @@ class EngineConfig(BaseModel):
         "none", description="int8: linear layers' weights stored as int8 with per-channel scales (weight-only)"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    tensor_parallel_size: int = Field(1, ge=1)
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="Ranks the model is split over (one worker process and, on CUDA, one GPU each); it "
+        "must divide the attention heads and the MLP width, and divide or be a multiple of the KV heads")
+    worker_processes: bool = Field(
+        False, description="Run the model in a worker process even at tensor_parallel_size 1 (always above 1)")
+    worker_timeout_s: float = Field(
+        120.0, gt=0, description="A rank that does not answer a step within this many seconds fails the engine")
     seed: int = 0
 
     # Limits.

@@ -1,8 +1,10 @@
-"""The engine loop: add requests, step (schedule → run → postprocess), abort.
+"""The engine core: add requests, step (schedule → run → postprocess), abort.
 
 Single-threaded by design; `async_engine.AsyncEngine` runs it on a background thread for the
-server. One step finishes requests (EOS, stop ids, stop strings, max_tokens, max_model_len) and
-frees their blocks in the same step, so the pool is always exact.
+server. The core holds the scheduler, the block manager and the detokenizers; the model runs behind
+an `Executor` (in this process, or one worker process per tensor-parallel rank), which gets one
+plain-data `ForwardBatch` per step. One step finishes requests (EOS, stop ids, stop strings,
+max_tokens, max_model_len) and frees their blocks in the same step, so the pool is always exact.
 """
 
 from __future__ import annotations
@@ -13,29 +15,28 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 
-import torch
 
-from llmop.engine.attention import get_attention_backend, resolve_attention_backend
+from llmop.engine.attention import resolve_attention_backend
 from llmop.engine.block_hash import BlockHasher, get_hash_fn
 from llmop.engine.block_manager import BlockManager
-from llmop.engine.checkpoint import Checkpoint, load_state_dict, open_checkpoint
+from llmop.engine.checkpoint import Checkpoint, open_checkpoint
 from llmop.engine.config import EngineConfig
 from llmop.engine.detokenizer import IncrementalDetokenizer
 from llmop.engine.device_caps import resolve_device, resolve_dtype
+from llmop.engine.executor import Executor, build_executor
+from llmop.engine.forward_batch import ForwardBatch, build_forward_batch
 from llmop.engine.grammar.compiler import GrammarCompiler
 from llmop.engine.grammar.matcher import GrammarMatcher, fill_bitmasks
-from llmop.engine.kv_cache import KVCacheSpec, allocate_kv_cache, available_memory, plan_kv_cache, resolve_kv_dtype
+from llmop.engine.kv_cache import KVCacheSpec, plan_kv_cache, resolve_kv_dtype
 from llmop.engine.lora.manager import LoraManager
-from llmop.engine.model import build_model
-from llmop.engine.model_runner import ModelRunner
-from llmop.engine.quantization import quantize_int8
 from llmop.engine.outputs import RequestOutput, TokenLogprob
 from llmop.engine.prefix_cache import PrefixCache
-from llmop.engine.request import Request
+from llmop.engine.request import FinishReason, Request, RequestStatus
 from llmop.engine.sampler import SampleRow
 from llmop.engine.sampling_params import SamplingParams
-from llmop.engine.scheduler import Scheduler, SchedulerConfig
+from llmop.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 from llmop.engine.tokenizer import TextTokenizer
+from llmop.engine.tp.shard import check_tensor_parallel, rank_config
 
 log = logging.getLogger("llmop.engine")
 
@@ -44,7 +45,6 @@ log = logging.getLogger("llmop.engine")
 class _Tracked:
     request: Request
     detok: IncrementalDetokenizer
-    generator: torch.Generator | None
     grammar: GrammarMatcher | None = None
 
 
@@ -73,16 +73,22 @@ class LLMEngine:
         self.checkpoint: Checkpoint = open_checkpoint(config.model)
         self.model_name = config.served_model_name or self.checkpoint.name
         mcfg = self.checkpoint.config
+        check_tensor_parallel(mcfg, config.tensor_parallel_size)  # before any worker starts
         self.tokenizer = TextTokenizer(self.checkpoint)
-        self.model = build_model(mcfg, load_state_dict(self.checkpoint, self.dtype), self.dtype,
-                                 self.device, max_positions=mcfg.max_position_embeddings)
-        if config.quantization == "int8":
-            log.info("int8 weights: %d linear layers quantized per channel", quantize_int8(self.model, self.dtype))
-
-        budget = config.kv_cache_memory_bytes or int(config.kv_cache_memory_fraction * available_memory(self.device))
-        self.kv_spec: KVCacheSpec = plan_kv_cache(mcfg, self.kv_dtype, config.block_size, budget)
-        limit = min(mcfg.max_position_embeddings, mcfg.sliding_window or mcfg.max_position_embeddings)
-        self.max_model_len = min(config.max_model_len or limit, limit, self.kv_spec.num_tokens)
+        self.executor: Executor = build_executor(config, self.kv_dtype, self.tokenizer.eos_token_ids)
+        try:
+            self._plan_kv(mcfg)
+        except BaseException:
+            self.executor.shutdown()
+            raise
+        self.vocab_size = mcfg.vocab_size
+        self._tracked: dict[str, _Tracked] = {}
+        self.last_batch: ForwardBatch | None = None
+        self.grammars = GrammarCompiler(self.tokenizer, mcfg.vocab_size)
+        # Requests whose grammar is still compiling (on the compiler's threads): they join the
+        # scheduler when it is ready, so they wait without holding up anyone else.
+        self._compiling: dict[str, tuple[_Tracked, Future]] = {}
+        self.lora = LoraManager(config, mcfg, self.dtype, lambda: (self.scheduler.running, self.scheduler.waiting))
         self.blocks = BlockManager(self.kv_spec.num_blocks, config.block_size, config.enable_prefix_caching)
         hasher = BlockHasher(config.block_size, get_hash_fn(config.prefix_caching_hash))
         self.scheduler = Scheduler(
@@ -90,29 +96,47 @@ class LLMEngine:
                             self.max_model_len),
             self.blocks,
             PrefixCache(self.blocks, hasher),
+            waiting=self.lora.queue,  # the fair adapter queue when LoRA is on, else priority order
         )
-        kv = allocate_kv_cache(mcfg, self.kv_spec, self.kv_dtype, self.device)
-        self.runner = ModelRunner(self.model, kv, get_attention_backend(config.attention_backend, self.device),
-                                  self.device, self.tokenizer.eos_token_ids, config.seed)
-        self._tracked: dict[str, _Tracked] = {}
-        self.vocab_size = mcfg.vocab_size
-        self.grammars = GrammarCompiler(self.tokenizer, mcfg.vocab_size)
-        # Requests whose grammar is still compiling (on the compiler's threads): they join the
-        # scheduler when it is ready, so they wait without holding up anyone else.
-        self._compiling: dict[str, tuple[_Tracked, Future]] = {}
-        self.lora = LoraManager(config, self.model, mcfg, self.device, self.dtype, self.scheduler)
         for a in config.adapters:
             self.lora.add(a.name, a.source, a.pinned)
         self.load_seconds = time.monotonic() - t0
+        for info in self.executor.describe():
+            log.info("rank %d (pid %d, %s): %s weights%s, %d of %d attention heads, %d of %d KV heads, "
+                     "KV cache %s %d blocks (%.1f MiB)", info.rank, info.pid, info.device, info.dtype,
+                     f", {info.int8_layers} int8 layers" if info.int8_layers else "", info.num_heads,
+                     mcfg.num_heads, info.num_kv_heads, mcfg.num_kv_heads, info.kv_dtype, info.num_blocks,
+                     info.kv_bytes / 2**20)
         log.info(
-            "engine ready: model=%s dtype=%s device=%s load=%.1fs | KV cache (%s): %d blocks x %d tokens = %d tokens "
-            "(%.1f MiB); max_model_len=%d -> %d concurrent sequences at full length",
-            self.model_name, str(self.dtype).removeprefix("torch."), self.device, self.load_seconds,
-            str(self.kv_dtype).removeprefix("torch."),
+            "engine ready: model=%s dtype=%s device=%s tensor_parallel_size=%d load=%.1fs | KV cache (%s): "
+            "%d blocks x %d tokens = %d tokens (%.1f MiB per rank); max_model_len=%d -> %d concurrent sequences "
+            "at full length",
+            self.model_name, str(self.dtype).removeprefix("torch."), self.device, config.tensor_parallel_size,
+            self.load_seconds, str(self.kv_dtype).removeprefix("torch."),
             self.kv_spec.num_blocks, self.kv_spec.block_size, self.kv_spec.num_tokens,
             self.kv_spec.num_blocks * self.kv_spec.bytes_per_block / 2**20, self.max_model_len,
             self.kv_spec.max_concurrent_seqs(self.max_model_len),
         )
+
+    def _plan_kv(self, mcfg) -> None:
+        """KV blocks per rank: `kv_cache_memory_bytes` is each rank's (each GPU's) budget, as the
+        operator computes it; every rank holds its KV heads' share of every block."""
+        config = self.config
+        budget = config.kv_cache_memory_bytes or int(config.kv_cache_memory_fraction * self.executor.free_memory())
+        self.kv_spec: KVCacheSpec = plan_kv_cache(rank_config(mcfg, config.tensor_parallel_size), self.kv_dtype,
+                                                  config.block_size, budget)
+        limit = min(mcfg.max_position_embeddings, mcfg.sliding_window or mcfg.max_position_embeddings)
+        self.max_model_len = min(config.max_model_len or limit, limit, self.kv_spec.num_tokens)
+        self.executor.allocate(self.kv_spec)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine cannot step any more (a worker process died or hung), else None."""
+        return self.executor.failure
+
+    def shutdown(self) -> None:
+        """Stop the worker processes (if any); the engine cannot step afterwards."""
+        self.executor.shutdown()
 
     # --- requests ---------------------------------------------------------------------------------
 
@@ -144,10 +168,9 @@ class LLMEngine:
                                                                         adapter, cache_salt))
         if arrival_time is not None:
             req.times.arrival = arrival_time
-        gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
         detok = IncrementalDetokenizer(self.tokenizer, req.prompt_token_ids, params.stop,
                                        params.skip_special_tokens, params.include_stop_str_in_output)
-        tracked = _Tracked(req, detok, gen)
+        tracked = _Tracked(req, detok)
         self._tracked[request_id] = tracked
         if grammar is None:
             self.scheduler.add(req)
@@ -180,7 +203,7 @@ class LLMEngine:
                 self.scheduler.add(t.request)
                 continue
             del self._tracked[rid]
-            self.scheduler.finish(t.request, "abort")
+            self.scheduler.finish(t.request, FinishReason.ABORT)
             failed.append(dataclasses.replace(self._output(t, (), "", ()), error="invalid_grammar",
                                               error_message=str(fut.exception())))
         return failed
@@ -191,7 +214,7 @@ class LLMEngine:
         if t is None:
             return None
         self._compiling.pop(request_id, None)
-        self.scheduler.finish(t.request, "abort")
+        self.scheduler.finish(t.request, FinishReason.ABORT)
         return self._output(t, (), "", ())
 
     def expire_waiting(self, arrived_before: float) -> list[RequestOutput]:
@@ -206,7 +229,7 @@ class LLMEngine:
         for t in ended:
             del self._tracked[t.request.request_id]
             self._compiling.pop(t.request.request_id, None)
-            self.scheduler.finish(t.request, "abort")
+            self.scheduler.finish(t.request, FinishReason.ABORT)
             outs.append(dataclasses.replace(self._output(t, (), "", ()), error=error,
                                             error_message=message(t.request)))
         return outs
@@ -236,30 +259,44 @@ class LLMEngine:
             # Nothing else to run: wait (briefly, so aborts and new requests are still seen) for a grammar.
             wait([f for _, f in self._compiling.values()], timeout=0.05, return_when=FIRST_COMPLETED)
         compiled = self._admit_compiled()
+        self.lora.prefetch()  # adapters evicted to disk are read back before, never inside, schedule()
         out = self.scheduler.schedule()
         failed = compiled + self._fail_unservable()
         if out.is_empty:
             return failed
-        out = self.lora.begin_step(out)
-        completing = [c for c in out.chunks if c.completes]
-        rows = self._sample_rows([self._tracked[c.request.request_id] for c in completing])
-        result = self.runner.execute(out, self.blocks, rows)
+        batch = self._batch(out, sample=True)
+        result = self.executor.execute(batch)
         self.scheduler.commit(out)
         if result is None:
             return failed
         now = time.monotonic()
         outputs = failed
-        for c, token, lp in zip(completing, result.token_ids, result.logprobs):
-            outputs.append(self._postprocess(self._tracked[c.request.request_id], token, lp, now))
+        for rid, token, lp in zip(batch.row_requests, result.token_ids, result.logprobs):
+            outputs.append(self._postprocess(self._tracked[rid], token, lp, now))
         return outputs
+
+    def build_batch(self, out: SchedulerOutput, all_logits: bool = False) -> ForwardBatch:
+        """The `ForwardBatch` of a scheduled step, without sampling (tests and scoring run it with
+        `executor.logits` and then `scheduler.commit(out)`). `all_logits`: every token's row."""
+        return self._batch(out, sample=False, all_logits=all_logits)
+
+    def _batch(self, out: SchedulerOutput, sample: bool, all_logits: bool = False) -> ForwardBatch:
+        chunks, lora = self.lora.plan_step(out.chunks)
+        rows = self._sample_rows([self._tracked[c.request.request_id] for c in chunks if c.completes]) if sample else ()
+        self.last_batch = build_forward_batch(chunks, self.blocks.tables, self.blocks.block_size, rows, lora,
+                                              out.block_copies, all_logits)
+        return self.last_batch
 
     def _sample_rows(self, tracked: list[_Tracked]) -> list[SampleRow]:
         with_grammar = [t for t in tracked if t.grammar is not None]
         masks = dict(zip(map(id, with_grammar), fill_bitmasks([t.grammar for t in with_grammar], self.vocab_size)))
-        return [SampleRow(t.request.params, t.generator, t.request.prompt_token_ids, t.request.output_token_ids,
-                          block_eos=len(t.request.output_token_ids) < t.request.params.min_tokens,
-                          token_bitmask=masks.get(id(t)))
-                for t in tracked]
+        rows = []
+        for t in tracked:
+            r, p = t.request, t.request.params
+            history = (tuple(r.prompt_token_ids), tuple(r.output_token_ids)) if p.has_penalties else ((), ())
+            rows.append(SampleRow(p, len(r.output_token_ids), *history,
+                                  block_eos=len(r.output_token_ids) < p.min_tokens, token_bitmask=masks.get(id(t))))
+        return rows
 
     def _postprocess(self, t: _Tracked, token: int, lp, now: float) -> RequestOutput:
         r, p = t.request, t.request.params
@@ -271,13 +308,13 @@ class LLMEngine:
         text = "" if is_stop_id else t.detok.add(token)
         reason, stop_reason = None, None
         if t.detok.stopped_by is not None:
-            reason, stop_reason = "stop", t.detok.stopped_by
+            reason, stop_reason = FinishReason.STOP, t.detok.stopped_by
         elif is_stop_id:
-            reason, stop_reason = "stop", token
+            reason, stop_reason = FinishReason.STOP, token
         elif t.grammar is not None and (not t.grammar.accept(token) or t.grammar.is_terminated):
-            reason = "stop"  # the grammar is complete (or, never expected, refused the sampled token)
+            reason = FinishReason.STOP  # the grammar is complete (or, never expected, refused the sampled token)
         elif len(r.output_token_ids) >= p.max_tokens or r.num_tokens >= self.max_model_len:
-            reason = "length"
+            reason = FinishReason.LENGTH
         logprobs = (TokenLogprob(token, lp[0], tuple(lp[1])),) if lp is not None else ()
         if reason is not None:
             text += t.detok.flush()
@@ -287,7 +324,7 @@ class LLMEngine:
 
     def _output(self, t: _Tracked, new_ids, text, logprobs, reason=None, stop_reason=None) -> RequestOutput:
         r = t.request
-        if t.request.status.value == "finished" and reason is None:
+        if r.status is RequestStatus.FINISHED and reason is None:
             reason = r.finish_reason
         return RequestOutput(
             request_id=r.request_id,

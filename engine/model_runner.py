@@ -1,73 +1,55 @@
-"""Turns a scheduler decision into one forward pass and the sampled tokens.
+"""One rank's model: its weights, its KV cache, and the forward pass of a `ForwardBatch`.
 
-It flattens the scheduled chunks into token ids, positions, slot mapping and block tables, runs the
-model once, takes logits only at the last token of the chunks that complete their request, and
-samples them.
+A runner loads only its own slices of the checkpoint (`tp.shard.weight_slice`), builds the plain
+model for its share of the heads, applies the tensor-parallel pass when there are several ranks,
+quantizes after sharding, and allocates the KV cache the core planned. Each step it turns the
+plain-data batch into device tensors, runs the model once, and on rank 0 computes the logits of
+the batch's logits rows and samples them. The same class runs in the core's process
+(`executor.InProcessExecutor`) and in worker processes (`tp.worker`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 
 import torch
 
-from llmop.engine.attention import AttentionBackend, AttentionMetadata
-from llmop.engine.block_manager import BlockManager
-from llmop.engine.model import LlamaForCausalLM
-from llmop.engine.sampler import SampleResult, SampleRow, sample
-from llmop.engine.scheduler import SchedulerOutput
+from llmop.engine.attention import AttentionMetadata, get_attention_backend
+from llmop.engine.checkpoint import load_state_dict, open_checkpoint
+from llmop.engine.config import EngineConfig
+from llmop.engine.device_caps import resolve_device, resolve_dtype
+from llmop.engine.forward_batch import ForwardBatch
+from llmop.engine.kv_cache import KVCacheSpec, allocate_kv_cache, available_memory
+from llmop.engine.lora.runtime import LoraRuntime
+from llmop.engine.model import build_model
+from llmop.engine.quantization import quantize_int8
+from llmop.engine.sampler import SampleResult, sample
+from llmop.engine.tp.shard import RankShard, apply_tensor_parallel, rank_config, weight_slice
+
+log = logging.getLogger("llmop.engine")
 
 
 @dataclass(frozen=True)
-class BatchInputs:
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    meta: AttentionMetadata
-    logits_indices: torch.Tensor  # rows of the flattened batch whose logits are sampled
+class RankInfo:
+    """What a rank reports after allocating (logged by the core; checked by tests)."""
+
+    rank: int
+    pid: int
+    device: str
+    dtype: str
+    kv_dtype: str
+    num_heads: int
+    num_kv_heads: int
+    num_blocks: int
+    kv_bytes: int
+    int8_layers: int
 
 
-def build_batch(out: SchedulerOutput, blocks: BlockManager, device: torch.device) -> BatchInputs:
-    """Flatten the scheduled chunks (pure bookkeeping, no model)."""
-    ids: list[int] = []
-    positions: list[int] = []
-    slots: list[int] = []
-    tables: list[list[int]] = []
-    seq_lens: list[int] = []
-    q_lens: list[int] = []
-    logits_idx: list[int] = []
-    bs = blocks.block_size
-    for c in out.chunks:
-        rid = c.request.request_id
-        table = blocks.tables[rid]
-        end = c.start + c.num_tokens
-        ids.extend(c.request.token_slice(c.start, end))
-        positions.extend(range(c.start, end))
-        slots.extend(table[p // bs] * bs + p % bs for p in range(c.start, end))
-        tables.append(table)
-        seq_lens.append(end)
-        q_lens.append(c.num_tokens)
-        if c.completes:
-            logits_idx.append(len(ids) - 1)
-    width = max(len(t) for t in tables)
-    padded = [t + [0] * (width - len(t)) for t in tables]
-    qsl = [0]
-    for q in q_lens:
-        qsl.append(qsl[-1] + q)
-
-    def t(x, dtype):
-        return torch.tensor(x, dtype=dtype, device=device)
-
-    meta = AttentionMetadata(
-        slot_mapping=t(slots, torch.long),
-        block_tables=t(padded, torch.int32),
-        seq_lens=t(seq_lens, torch.int32),
-        query_start_loc=t(qsl, torch.int32),
-        seq_lens_list=tuple(seq_lens),
-        query_lens_list=tuple(q_lens),
-        max_seq_len=max(seq_lens),
-        block_size=bs,
-    )
-    return BatchInputs(t(ids, torch.long), t(positions, torch.long), meta, t(logits_idx, torch.long))
+def rank_device(device: torch.device, shard: RankShard) -> torch.device:
+    """cuda:<rank> on CUDA (one GPU per rank), the CPU otherwise."""
+    return torch.device("cuda", shard.rank) if device.type == "cuda" else device
 
 
 def copy_blocks(kv_caches, copies: tuple[tuple[int, int], ...], device: torch.device) -> None:
@@ -85,27 +67,97 @@ def copy_blocks(kv_caches, copies: tuple[tuple[int, int], ...], device: torch.de
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaForCausalLM, kv_caches, backend: AttentionBackend,
-                 device: torch.device, eos_ids: tuple[int, ...], seed: int = 0):
-        self.model = model
-        self.kv_caches = kv_caches
-        self.backend = backend
-        self.device = device
-        self.eos_ids = eos_ids
-        self.generator = torch.Generator().manual_seed(seed)
+    def __init__(self, config: EngineConfig, shard: RankShard, kv_dtype: torch.dtype,
+                 eos_ids: tuple[int, ...], group=None):
+        self.config, self.shard, self.kv_dtype, self.eos_ids = config, shard, kv_dtype, eos_ids
+        self.device = rank_device(resolve_device(config.device), shard)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.dtype, _ = resolve_dtype(config.dtype, self.device)
+        ckpt = open_checkpoint(config.model)
+        self.full_config = ckpt.config
+        self.model_config = rank_config(ckpt.config, shard.size)
+        weights = load_state_dict(ckpt, self.dtype, lambda name, shape: weight_slice(ckpt.config, shard, name, shape))
+        self.model = build_model(self.model_config, weights, self.dtype, self.device,
+                                 max_positions=ckpt.config.max_position_embeddings)
+        del weights
+        if shard.size > 1:
+            apply_tensor_parallel(self.model, group)
+        self.int8_layers = quantize_int8(self.model, self.dtype) if config.quantization == "int8" else 0
+        self.backend = get_attention_backend(config.attention_backend, self.device)
+        self.lora = (LoraRuntime(self.model, ckpt.config, shard, config.max_loras, config.max_lora_rank,
+                                 config.lora_backend, self.device, self.dtype) if config.max_loras > 0 else None)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.kv_spec: KVCacheSpec | None = None
+
+    def free_memory(self) -> int:
+        """Memory this rank may use for its KV cache: free device memory, or on the CPU the host's
+        available memory shared by the ranks."""
+        free = available_memory(self.device)
+        return free if self.device.type == "cuda" else free // self.shard.size
+
+    def allocate(self, spec: KVCacheSpec) -> None:
+        self.kv_spec = spec
+        self.kv_caches = allocate_kv_cache(self.model_config, spec, self.kv_dtype, self.device)
+
+    def describe(self) -> RankInfo:
+        c = self.model_config
+        return RankInfo(self.shard.rank, os.getpid(), str(self.device), str(self.dtype).removeprefix("torch."),
+                        str(self.kv_dtype).removeprefix("torch."), c.num_heads, c.num_kv_heads,
+                        self.kv_spec.num_blocks if self.kv_spec else 0,
+                        sum(t.nbytes for layer in self.kv_caches for t in layer), self.int8_layers)
+
+    def _inputs(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+        def t(x, dtype):
+            return torch.tensor(x, dtype=dtype, device=self.device)
+
+        qsl = [0]
+        for q in batch.query_lens:
+            qsl.append(qsl[-1] + q)
+        meta = AttentionMetadata(
+            slot_mapping=t(batch.slot_mapping, torch.long),
+            block_tables=t(batch.block_tables, torch.int32),
+            seq_lens=t(batch.seq_lens, torch.int32),
+            query_start_loc=t(qsl, torch.int32),
+            seq_lens_list=batch.seq_lens,
+            query_lens_list=batch.query_lens,
+            max_seq_len=max(batch.seq_lens),
+            block_size=batch.block_size,
+        )
+        return t(batch.input_ids, torch.long), t(batch.positions, torch.long), meta
 
     @torch.inference_mode()
-    def logits(self, batch: BatchInputs) -> torch.Tensor:
-        meta = self.backend.prepare(batch.meta, self.kv_caches[0][0])
-        hidden = self.model(batch.input_ids, batch.positions, self.kv_caches, meta, self.backend)
-        return self.model.compute_logits(hidden[batch.logits_indices])
+    def _forward(self, batch: ForwardBatch) -> torch.Tensor:
+        copy_blocks(self.kv_caches, batch.block_copies, self.device)
+        ids, positions, meta = self._inputs(batch)
+        meta = self.backend.prepare(meta, self.kv_caches[0][0])
+        lora = self.lora.step(batch.lora) if self.lora is not None else _no_lora(batch)
+        with lora:
+            return self.model(ids, positions, self.kv_caches, meta, self.backend)
 
-    def execute(self, out: SchedulerOutput, blocks: BlockManager, rows: list[SampleRow]) -> SampleResult | None:
-        """Run the step; `rows` describe, in order, the chunks that complete (and so sample)."""
-        copy_blocks(self.kv_caches, out.block_copies, self.device)
-        batch = build_batch(out, blocks, self.device)
-        logits = self.logits(batch)
-        if not rows:
+    @torch.inference_mode()
+    def logits(self, batch: ForwardBatch) -> torch.Tensor:
+        """Run the step; float32 logits [len(batch.logits_rows), vocab] on the CPU."""
+        hidden = self._forward(batch)
+        rows = torch.tensor(batch.logits_rows, dtype=torch.long, device=self.device)
+        return self.model.compute_logits(hidden[rows]).cpu()
+
+    def execute(self, batch: ForwardBatch) -> SampleResult | None:
+        """Run the step; rank 0 samples `batch.sample_rows` (None when the step samples nothing
+        and on the other ranks, which only take part in the all-reduces)."""
+        if self.shard.rank != 0 or not batch.sample_rows:
+            with torch.inference_mode():
+                self._forward(batch)
             return None
+        logits = self.logits(batch)
         with torch.inference_mode():  # the sampler edits the logits in place: they are inference tensors
-            return sample(logits.cpu(), rows, self.eos_ids, self.generator)
+            return sample(logits, batch.sample_rows, self.eos_ids, self.generator)
+
+
+def _no_lora(batch: ForwardBatch):
+    if batch.lora is not None and (batch.lora.loads or batch.lora.token_slots is not None):
+        raise ValueError("this step uses LoRA adapters but the engine runs with max_loras 0")
+    import contextlib
+
+    return contextlib.nullcontext()

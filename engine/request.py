@@ -23,6 +23,14 @@ class RequestStatus(enum.Enum):
     FINISHED = "finished"
 
 
+class FinishReason(enum.StrEnum):
+    """Why a request ended (the OpenAI `finish_reason`; ABORT: cancelled, timed out or failed)."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+
 @dataclass
 class RequestTimes:
     """Monotonic timestamps (time.monotonic()); every latency metric is derived from these."""
@@ -46,7 +54,7 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     status: RequestStatus = RequestStatus.WAITING
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens not computed at its first admission (prefix cache, n > 1)
     block_hashes: list[bytes] = field(default_factory=list, repr=False)  # names of its full blocks

@@ -1,8 +1,9 @@
 """Choosing the next token of every sequence in the batch from its logits.
 
 Logit bias, grammar masks, penalties, temperature, top-k, top-p and min-p are applied to the whole
-batch as tensors. A seeded request draws its randomness from its own generator, so its output does
-not depend on what else is in the batch; unseeded rows share the engine's generator.
+batch as tensors. A seeded request draws token i from a generator seeded by (seed, i), so its output
+does not depend on what else is in the batch, nor on which process samples it (a row carries no
+state between steps); unseeded rows share the sampling rank's generator.
 
 Grammar rows carry a packed token bitmask (bit t % 32 of word t // 32: token t allowed), filled by
 their matcher on the engine thread; `apply_token_bitmask` is applied where sampling happens.
@@ -23,11 +24,25 @@ class SampleRow:
     """What the sampler needs to know about one row beyond its logits."""
 
     params: SamplingParams
-    generator: torch.Generator | None  # the request's own (seeded) generator, else None
-    prompt_token_ids: Sequence[int]
-    output_token_ids: Sequence[int]
-    block_eos: bool  # min_tokens not reached: EOS and stop ids may not be sampled
+    output_index: int = 0  # which output token this row samples (seeds its generator)
+    prompt_token_ids: Sequence[int] = ()  # only needed (and sent) with penalties
+    output_token_ids: Sequence[int] = ()
+    block_eos: bool = False  # min_tokens not reached: EOS and stop ids may not be sampled
     token_bitmask: torch.Tensor | None = None  # [ceil(vocab / 32)] int32: the grammar's allowed tokens
+
+    def generator(self) -> torch.Generator | None:
+        """The seeded request's generator for this token, else None."""
+        if self.params.seed is None:
+            return None
+        return torch.Generator().manual_seed(row_seed(self.params.seed, self.output_index))
+
+
+def row_seed(seed: int, index: int) -> int:
+    """A well-mixed 63-bit seed for token `index` of a request seeded with `seed` (splitmix64)."""
+    z = (seed * 0x9E3779B97F4A7C15 + (index + 1) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) >> 1
 
 
 @dataclass(frozen=True)
@@ -129,7 +144,7 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], eos_ids: Sequence[in
         noise = torch.empty_like(probs)
         for i, row in enumerate(rows):
             if not row.params.greedy:
-                noise[i].exponential_(generator=row.generator or generator)
+                noise[i].exponential_(generator=row.generator() or generator)
         sampled = (probs / noise).argmax(dim=-1)
         tokens = torch.where(greedy, tokens, sampled)
 

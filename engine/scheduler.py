@@ -12,10 +12,11 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
+from typing import Iterator, Protocol
 
 from llmop.engine.block_manager import BlockManager
 from llmop.engine.prefix_cache import PrefixCache
-from llmop.engine.request import Request, RequestStatus
+from llmop.engine.request import FinishReason, Request, RequestStatus
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,27 @@ class SchedulerOutput:
         return not self.chunks
 
 
-class WaitingQueue:
+class WaitingQueue(Protocol):
+    """Where requests wait for admission; the scheduler gets one when it is built. `peek` is the
+    admission policy: the next request that may start now, or None when none may (the fair LoRA
+    queue, `lora.fair_queue.FairAdapterQueue`, holds back adapters over the slot limit)."""
+
+    def push(self, request: Request) -> None: ...
+
+    def peek(self) -> Request | None: ...
+
+    def pop(self) -> Request:
+        """Remove and return what `peek` returned."""
+        ...
+
+    def remove(self, request: Request) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Request]: ...
+
+
+class PriorityQueue:
     """Priority, then arrival order. Preempted requests keep their arrival, so they go first."""
 
     def __init__(self):
@@ -62,8 +83,8 @@ class WaitingQueue:
     def push(self, request: Request) -> None:
         heapq.heappush(self._heap, (request.order_key, request))
 
-    def peek(self) -> Request:
-        return self._heap[0][1]
+    def peek(self) -> Request | None:
+        return self._heap[0][1] if self._heap else None
 
     def pop(self) -> Request:
         return heapq.heappop(self._heap)[1]
@@ -84,11 +105,14 @@ class WaitingQueue:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, blocks: BlockManager, prefix: PrefixCache | None = None):
+    """`waiting`: the queue and admission policy (default: priority then arrival)."""
+
+    def __init__(self, config: SchedulerConfig, blocks: BlockManager, prefix: PrefixCache | None = None,
+                 waiting: WaitingQueue | None = None):
         self.config = config
         self.blocks = blocks
         self.prefix = prefix if prefix is not None else PrefixCache(blocks, None)
-        self.waiting = WaitingQueue()
+        self.waiting: WaitingQueue = waiting if waiting is not None else PriorityQueue()
         self.running: list[Request] = []
         self.num_preemptions = 0
 
@@ -142,7 +166,7 @@ class Scheduler:
         if not preempted:
             while len(self.waiting) and budget > 0 and len(self.running) < self.config.max_num_seqs:
                 req = self.waiting.peek()
-                if req is None:  # a queue may hold requests none of which is eligible now (LoRA)
+                if req is None:  # none of the waiting requests may start now (LoRA slot limit)
                     break
                 start = self.prefix.find(req)
                 n = min(req.num_tokens - start.num_tokens, budget)
@@ -181,7 +205,7 @@ class Scheduler:
             for follower in self.prefix.computed(c.request):
                 self.waiting.push(follower)
 
-    def finish(self, req: Request, reason: str) -> None:
+    def finish(self, req: Request, reason: FinishReason) -> None:
         """Finished or aborted: its blocks go back to the pool now."""
         if req.status is RequestStatus.RUNNING:
             self.running.remove(req)

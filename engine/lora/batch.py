@@ -1,15 +1,15 @@
-"""Per step: which adapter slot each token of the flattened batch uses.
+"""Per step, on a rank: the LoRA layers' view of which adapter slot each token uses.
 
-Built from the scheduler's chunks in the same order `model_runner.build_batch` flattens them, so
-row t of the batch and the t-th token here describe the same token. The torch path gets its per-step
-plan (`kernels.lora_plan`), built from the host list, so no layer reads the device; the Triton
-kernels get the tokens grouped by slot once here, on the device, and every layer reuses the groups.
+Built from the `ForwardBatch`'s per-token slots (`LoraMapping.token_slots`), so row t of the batch
+and slot t here describe the same token. The torch path gets its per-step plan
+(`kernels.lora_plan`), built from the host list, so no layer reads the device; the Triton kernels
+get the tokens grouped by slot once here, on the device, and every layer reuses the groups.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import torch
 
@@ -23,17 +23,14 @@ class LoraBatch:
     groups: tuple | None = None  # kernels.lora.LoraGroups (tokens sorted by slot), without a plan
 
 
-def build_lora_batch(chunks: Sequence, slot_of: Mapping[str, int], state, device: torch.device,
-                     dtype: torch.dtype) -> LoraBatch | None:
-    """`chunks`: ScheduledChunks (request.adapter, num_tokens); `state`: the layers' LoraState (slot
+def build_lora_batch(per_token: Sequence[int], state, device: torch.device, dtype: torch.dtype) -> LoraBatch | None:
+    """`per_token`: the slot of every token (-1 = base model); `state`: the layers' LoraState (slot
     ranks and scalings, the ops). None when no token uses an adapter, so base-only steps run the
     plain model."""
-    per_token: list[int] = []
-    for c in chunks:
-        per_token.extend([-1 if c.request.adapter is None else slot_of[c.request.adapter]] * c.num_tokens)
-    used = sorted(set(slot_of[c.request.adapter] for c in chunks if c.request.adapter is not None))
+    used = sorted(set(per_token) - {-1})
     if not used:
         return None
+    per_token = list(per_token)
     rank = max(state.slot_rank[s] for s in used)
     if state.ops.plan is not None:
         return LoraBatch(rank, tuple(used), plan=state.ops.plan(per_token, state.slot_scaling, dtype, device))

@@ -6,8 +6,8 @@ and a counter of the service it received: prompt tokens computed count `prompt_w
 tokens `output_weight`. Admission takes the head of the eligible queue with the smallest counter,
 so a flooding adapter cannot starve a trickle: the trickle's counter is always behind. An adapter
 that comes back from idle is lifted to the smallest counter of those waiting, so it cannot bank
-credit while away. Same interface as `scheduler.WaitingQueue`, plus eligibility (the scheduler's
-limit of distinct adapters per step) and `charge`.
+credit while away. Implements the scheduler's `WaitingQueue` protocol; `eligible` is the admission
+policy it is built with (the distinct-adapter limit, adapters in host memory), plus `charge`.
 """
 
 from __future__ import annotations
@@ -92,14 +92,18 @@ class FairAdapterQueue:
             self.charge(c.request.adapter, prompt, c.num_tokens - prompt)
 
     def waiting_adapters(self) -> list[str]:
-        return [a for a, q in self._queues.items() if q and a is not None]
+        """Adapters with waiting requests, in the order their heads would be admitted."""
+        return [a for a in self._order() if a is not None]
+
+    def _order(self) -> list[str | None]:
+        heads = sorted(((q[0][0][0], self.counters.get(a, 0.0), q[0][0][1]), i, a)
+                       for i, (a, q) in enumerate(self._queues.items()) if q)
+        return [a for _, _, a in heads]
 
     def _pick(self):
         """Key of the eligible non-empty queue whose head goes first (priority, counter, arrival);
-        `eligible` is asked in that order and only until one accepts (it may load the adapter)."""
-        heads = sorted(((q[0][0][0], self.counters.get(a, 0.0), q[0][0][1]), a)
-                       for a, q in self._queues.items() if q)
-        for _, a in heads:
+        `eligible` is asked in that order and only until one accepts."""
+        for a in self._order():
             if self.eligible(a):
                 return a
         return ...

@@ -23,7 +23,7 @@ from llmop.kernels.lora_plan import apply_lora_plan
 
 
 class LoraState:
-    """What every LoRA layer reads during a forward pass; the manager sets `batch` each step."""
+    """What every LoRA layer reads during a forward pass; `runtime.LoraRuntime` sets `batch` for each step."""
 
     def __init__(self, num_slots: int, max_rank: int, ops: LoraOps, device: torch.device):
         self.num_slots, self.max_rank, self.ops = num_slots, max_rank, ops

@@ -1,9 +1,11 @@
-"""The engine's side of multi-LoRA: registration, the per-step slot mapping, fairness, counters.
+"""The engine core's side of multi-LoRA: registration, slot placement, fairness, counters.
 
-LoRA stays off (no slots allocated, the plain waiting queue, the plain model) until the first
-adapter is registered; then the LoRA pass replaces the linear layers and the fair queue replaces
-the waiting queue. Everything here runs on the engine thread (the server goes through
-`AsyncEngine.call`), except `read`, which touches no engine state and may run anywhere.
+It owns no model: it decides which adapter sits in which device slot and hands each step's slot
+writes and per-token slots to the ranks in the `ForwardBatch` (`plan_step`); the ranks apply them
+(`runtime.LoraRuntime`). With `max_loras > 0` the scheduler is built with the fair queue
+(`queue`), whose admission asks `admits`, which never reads from disk: adapters evicted to disk
+are read back by `prefetch`, before the scheduler runs. Everything here runs on the engine thread
+(the server goes through `AsyncEngine.call`), except `read`, which touches no engine state.
 """
 
 from __future__ import annotations
@@ -11,14 +13,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-from llmop.engine.lora.batch import build_lora_batch
+from llmop.engine.forward_batch import LoraMapping, SlotLoad
 from llmop.engine.lora.fair_queue import FairAdapterQueue, within_adapter_limit
-from llmop.engine.lora.layers import LoraSlots, LoraState, apply_lora
-from llmop.engine.lora.ops import get_lora_ops
 from llmop.engine.lora.peft_adapter import LoraAdapter, load_peft_adapter
 from llmop.engine.lora.registry import AdapterInfo, AdapterNotFound, AdapterRegistry, AdapterState
 
@@ -49,15 +50,18 @@ class LoraStats:
 
 
 class LoraManager:
-    def __init__(self, config, model: torch.nn.Module, model_config, device: torch.device,
-                 dtype: torch.dtype, scheduler):
-        self.config, self.model, self.model_config = config, model, model_config
-        self.device, self.dtype, self.scheduler = device, dtype, scheduler
-        self.registry: AdapterRegistry | None = None
-        self.slots: LoraSlots | None = None
-        self.state: LoraState | None = None
-        self.queue: FairAdapterQueue | None = None
+    """`requests()`: the engine's running and waiting requests (read for adapters in use)."""
+
+    def __init__(self, config, model_config, dtype: torch.dtype, requests: Callable[[], tuple[list, list]]):
+        self.config, self.model_config, self.dtype = config, model_config, dtype
+        self._requests = requests
         self.counters: dict[str, AdapterCounters] = {}
+        self._pending: list[SlotLoad] = []
+        self.registry: AdapterRegistry | None = None
+        self.queue: FairAdapterQueue | None = None
+        if config.max_loras > 0:
+            self.registry = AdapterRegistry(config.max_loras, config.max_cpu_loras, self.read, self._queue_write)
+            self.queue = FairAdapterQueue(self.admits)
         self.snapshot = LoraStats(config.max_loras)  # refreshed on registry changes, and while stepping
         self._snapshot_time = 0.0
 
@@ -65,22 +69,13 @@ class LoraManager:
     def enabled(self) -> bool:
         return self.registry is not None
 
-    def enable(self) -> None:
-        """Apply the LoRA pass and switch the scheduler to the fair queue (once)."""
-        if self.enabled:
-            return
-        c = self.config
-        if c.max_loras < 1:
+    def _require(self) -> None:
+        if not self.enabled:
             raise ValueError("LoRA is disabled: max_loras is 0")
-        self.state = LoraState(c.max_loras, c.max_lora_rank, get_lora_ops(c.lora_backend, self.device), self.device)
-        self.slots = apply_lora(self.model, self.model_config.num_layers, self.state)
-        self.registry = AdapterRegistry(c.max_loras, c.max_cpu_loras, self.read, self.slots.write)
-        self.queue = FairAdapterQueue(self.eligible)
-        for req in list(self.scheduler.waiting):
-            self.queue.push(req)
-        self.scheduler.waiting = self.queue  # same interface as WaitingQueue
-        log.info("LoRA enabled: %d slots x rank %d (%.1f MiB on %s), %s backend", c.max_loras, c.max_lora_rank,
-                 self.slots.num_bytes / 2**20, self.device, self.state.ops.name)
+
+    def _queue_write(self, slot: int, adapter: LoraAdapter) -> None:
+        """The registry placed `adapter` in `slot`: every rank writes it before the next step."""
+        self._pending = [p for p in self._pending if p.slot != slot] + [SlotLoad(slot, adapter)]
 
     # --- registration -----------------------------------------------------------------------------
 
@@ -90,7 +85,7 @@ class LoraManager:
 
     def add(self, name: str, source: str, pinned: bool = False) -> AdapterInfo:
         """Register and read now; raises AdapterError (and leaves the adapter FAILED) if it does not fit."""
-        self.enable()
+        self._require()
         try:
             info = self.registry.add(name, source, pinned, in_use=self._in_use())
         finally:
@@ -100,7 +95,7 @@ class LoraManager:
 
     def begin_load(self, name: str, source: str, pinned: bool = False) -> None:
         """Register in state LOADING; the caller reads (`read`) and then calls finish/fail_load."""
-        self.enable()
+        self._require()
         self.registry.begin(name, source, pinned)
         self._refresh()
 
@@ -151,38 +146,56 @@ class LoraManager:
     # --- scheduling -------------------------------------------------------------------------------
 
     def _in_use(self, include_waiting: bool = False) -> set[str]:
-        reqs = list(self.scheduler.running) + (list(self.scheduler.waiting) if include_waiting else [])
+        running, waiting = self._requests()
+        reqs = list(running) + (list(waiting) if include_waiting else [])
         return {r.adapter for r in reqs if r.adapter is not None}
 
-    def eligible(self, adapter: str | None) -> bool:
-        """May a request of `adapter` be admitted now? Within the distinct-adapter limit, and in host
-        memory (a DISK adapter is read back here, so only the chosen one is read)."""
+    def admits(self, adapter: str | None) -> bool:
+        """The fair queue's admission policy: may a request of `adapter` start now? Within the
+        distinct-adapter limit, and held in host memory (never reads from disk: see `prefetch`)."""
         if adapter is None:
             return True
-        reg, running = self.registry, self._in_use()
-        return within_adapter_limit(adapter, running, reg.pinned_resident(), reg.max_slots) and reg.ensure_host(adapter, running)
+        reg = self.registry
+        if reg.state_of(adapter) not in (AdapterState.CPU, AdapterState.RESIDENT):
+            return False
+        return within_adapter_limit(adapter, self._in_use(), reg.pinned_resident(), reg.max_slots)
 
-    def begin_step(self, out):
-        """Before the forward pass: make the step's adapters resident, order the chunks by slot
-        (base requests first, each adapter's tokens contiguous, which the LoRA ops exploit), map
-        tokens to slots, charge the fair queue and count tokens. Returns the step to run."""
+    def prefetch(self) -> None:
+        """Before scheduling: read back from disk the adapters the fair queue would admit next
+        (at most `max_loras` of them), so admission finds them in host memory."""
         if not self.enabled:
-            return out
-        adapters = [c.request.adapter for c in out.chunks if c.request.adapter is not None]
+            return
+        running = self._in_use()
+        for adapter in self.queue.waiting_adapters()[: self.registry.max_slots]:
+            if self.registry.state_of(adapter) is AdapterState.DISK:
+                self.registry.ensure_host(adapter, in_use=running)
+
+    def plan_step(self, chunks: tuple) -> tuple[tuple, LoraMapping | None]:
+        """After scheduling: make the step's adapters resident, order the chunks by slot (base
+        requests first, each adapter's tokens contiguous, which the LoRA ops exploit), charge the
+        fair queue and count tokens. Returns the chunks in batch order and the step's LoRA mapping
+        (None when LoRA is off, or no slot write is due and no token uses an adapter)."""
+        if not self.enabled:
+            return chunks, None
+        adapters = [c.request.adapter for c in chunks if c.request.adapter is not None]
         slot_of = self.registry.ensure_resident(adapters, in_use=self._in_use()) if adapters else {}
+        token_slots = None
         if adapters:
             key = lambda c: -1 if c.request.adapter is None else slot_of[c.request.adapter]
-            out = dataclasses.replace(out, chunks=tuple(sorted(out.chunks, key=key)))
-        self.state.batch = build_lora_batch(out.chunks, slot_of, self.state, self.device, self.dtype)
-        self.queue.charge_chunks(out.chunks)
-        for c in out.chunks:
+            chunks = tuple(sorted(chunks, key=key))
+            token_slots = tuple(s for c in chunks for s in [key(c)] * c.num_tokens)
+        loads, self._pending = tuple(self._pending), []
+        self.queue.charge_chunks(chunks)
+        for c in chunks:
             n = self.counters.get(c.request.adapter) if c.request.adapter is not None else None
             if n is not None:
                 n.prompt_tokens += max(0, min(c.start + c.num_tokens, c.request.num_prompt_tokens) - c.start)
                 n.generation_tokens += int(c.completes)
         if time.monotonic() - self._snapshot_time > SNAPSHOT_PERIOD_S:
             self._refresh()
-        return out
+        if token_slots is None and not loads:
+            return chunks, None
+        return chunks, LoraMapping(token_slots, loads)
 
     def stats(self) -> LoraStats:
         """Compute a fresh snapshot (engine thread); other threads read `snapshot`."""

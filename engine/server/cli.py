@@ -58,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
     from llmop.engine.server.runner import DrainingServer, uvicorn_config
 
     engine = LLMEngine(config)
-    app = create_app(engine, config)
-    server = DrainingServer(uvicorn_config(app, config.host, config.port, args.log_level), config.drain_timeout_s)
-    server.run()
-    return 0
+    try:
+        app = create_app(engine, config)
+        server = DrainingServer(uvicorn_config(app, config.host, config.port, args.log_level), config.drain_timeout_s)
+        server.run()
+    finally:
+        engine.shutdown()  # no worker process outlives the server
+    return 0 if engine.failure is None else 1

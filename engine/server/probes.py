@@ -20,7 +20,9 @@ router = APIRouter()
 @router.get("/health")
 async def health(state: ServerState = Depends(get_state)):
     if not state.engine.is_running:
-        return JSONResponse({"status": "engine stopped"}, status_code=503)
+        reason = state.engine.failure
+        return JSONResponse({"status": "engine failed" if reason else "engine stopped", "reason": reason},
+                            status_code=503)
     return {"status": "ok"}
 
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from llmop.engine.llm import LLM
-from llmop.engine.model_runner import build_batch
 from llmop.engine.sampling_params import SamplingParams
 
 PROMPT = [1, 504, 17012, 593, 7934, 30598, 309, 338, 2518, 346, 288, 1464, 284, 4511] * 3
@@ -21,7 +20,7 @@ def _prefill_logits(llm: LLM, ids) -> torch.Tensor:
     eng = llm.engine
     req = eng.add_request("probe", list(ids), SamplingParams(max_tokens=1))
     out = eng.scheduler.schedule()
-    logits = eng.runner.logits(build_batch(out, eng.blocks, eng.device))[0]
+    logits = eng.executor.logits(eng.build_batch(out))[0]
     eng.abort(req.request_id)
     return logits
 

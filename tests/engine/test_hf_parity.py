@@ -6,7 +6,6 @@ fp32 logits agree to within LOGIT_ATOL (differences come from summation order on
 
 import torch
 
-from llmop.engine.model_runner import build_batch
 from llmop.engine.sampling_params import SamplingParams
 
 LOGIT_ATOL = 2e-3
@@ -49,7 +48,7 @@ def test_prefill_logits_match_hf(engine_llm, prompt_ids, hf_continuations):
     for i, (ids, (_, ref_logits)) in enumerate(zip(prompt_ids, hf_continuations)):
         req = eng.add_request(f"logits-{i}", ids, _greedy(1))
         out = eng.scheduler.schedule()
-        logits = eng.runner.logits(build_batch(out, eng.blocks, eng.device))[0]
+        logits = eng.executor.logits(eng.build_batch(out))[0]
         eng.abort(req.request_id)
         torch.testing.assert_close(logits, ref_logits, atol=LOGIT_ATOL, rtol=0)
     assert eng.blocks.pool.num_free == eng.blocks.pool.num_blocks

@@ -20,7 +20,7 @@ def test_bf16_cache_under_fp32_model(engine_llm, prompt_ids):
     llm = LLM(None, dtype="float32", kv_cache_dtype="bfloat16", kv_cache_memory_bytes=BUDGET,
               max_num_seqs=16, max_num_batched_tokens=512)
     eng = llm.engine
-    assert eng.runner.kv_caches[0][0].dtype == torch.bfloat16
+    assert eng.executor.runner.kv_caches[0][0].dtype == torch.bfloat16
     per_token = 2 * 30 * 3 * 64 * 2  # layers x kv heads x head dim x (K, V) x 2 bytes
     assert eng.kv_spec.num_blocks == BUDGET // (per_token * eng.kv_spec.block_size)
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
@@ -48,7 +48,7 @@ def test_fp8_cache_through_the_triton_kernels(hf_reference):
 
     llm = LLM(None, dtype="float32", kv_cache_dtype="fp8_e4m3", attention_backend="triton",
               kv_cache_memory_bytes=16 << 20, max_num_seqs=2, max_num_batched_tokens=32)
-    assert llm.engine.runner.kv_caches[0][0].dtype == torch.float8_e4m3fn
+    assert llm.engine.executor.runner.kv_caches[0][0].dtype == torch.float8_e4m3fn
     assert llm.engine.kv_spec.bytes_per_block == 2 * 30 * 3 * 64 * 16
     ids = llm.tokenizer.encode("Paris is the capital of France. Berlin is the capital of")
     out = llm.generate([ids], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True))[0]

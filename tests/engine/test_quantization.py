@@ -21,7 +21,7 @@ def int8_llm():
 def test_every_linear_layer_is_int8(int8_llm):
     from llmop.engine.quantization import Int8Linear
 
-    model = int8_llm.engine.model
+    model = int8_llm.engine.executor.runner.model
     layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
     assert len(layers) == 30 * 7 + 1  # seven projections per decoder layer, and the (tied) LM head
     assert all(m.weight.dtype == torch.int8 and m.scale.shape == (m.out_features,) for m in layers)

@@ -9,7 +9,7 @@ DRAWS = 4000
 
 
 def _draw(logits_row: torch.Tensor, params: SamplingParams, seed: int = 0) -> torch.Tensor:
-    rows = [SampleRow(params, None, [], [], False)] * DRAWS
+    rows = [SampleRow(params)] * DRAWS
     gen = torch.Generator().manual_seed(seed)
     return torch.tensor(sample(logits_row.repeat(DRAWS, 1), rows, eos_ids=[], generator=gen).token_ids)
 
@@ -42,17 +42,17 @@ def test_min_p_drops_tokens_below_a_fraction_of_the_top():
 
 def test_temperature_zero_is_argmax_and_penalties_apply():
     _, logits = _probs()
-    rows = [SampleRow(SamplingParams(temperature=0.0), None, [], [], False),
-            SampleRow(SamplingParams(temperature=0.0, frequency_penalty=2.0), None, [], [0, 0], False),
-            SampleRow(SamplingParams(temperature=0.0, repetition_penalty=100.0), None, [0, 1], [], False),
-            SampleRow(SamplingParams(temperature=0.0, min_tokens=3), None, [], [], True)]
+    rows = [SampleRow(SamplingParams(temperature=0.0)),
+            SampleRow(SamplingParams(temperature=0.0, frequency_penalty=2.0), output_token_ids=[0, 0]),
+            SampleRow(SamplingParams(temperature=0.0, repetition_penalty=100.0), prompt_token_ids=[0, 1]),
+            SampleRow(SamplingParams(temperature=0.0, min_tokens=3), block_eos=True)]
     out = sample(logits.repeat(4, 1), rows, eos_ids=[0])
     assert out.token_ids == [0, 1, 2, 1]
 
 
 def test_logprobs_are_of_the_raw_distribution():
     p, logits = _probs()
-    rows = [SampleRow(SamplingParams(temperature=0.0, logprobs=2), None, [], [], False)]
+    rows = [SampleRow(SamplingParams(temperature=0.0, logprobs=2))]
     out = sample(logits.clone().unsqueeze(0) + 5.0, rows, eos_ids=[])
     lp, top = out.logprobs[0]
     assert abs(lp - float(p[0].log())) < 1e-5

@@ -112,6 +112,14 @@ def greedy(n=NEW_TOKENS):
     return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
 
 
+def slots_of(engine) -> set[int]:
+    """The distinct adapter slots the engine's last step used (its ForwardBatch's LoRA mapping)."""
+    b = engine.last_batch
+    if b is None or b.lora is None or b.lora.token_slots is None:
+        return set()
+    return set(b.lora.token_slots) - {-1}
+
+
 def run_to_completion(engine, on_step=None):
     """Step until idle; request id -> generated tokens."""
     tokens = {}
@@ -129,5 +137,5 @@ def lora_kit():
     import types
 
     return types.SimpleNamespace(ADAPTERS=ADAPTERS, MODELS=[None, *ADAPTERS], PROMPTS=PROMPTS, NEW_TOKENS=NEW_TOKENS, make_adapter=make_adapter,
-                                 engine_config=engine_config, greedy=greedy, run_to_completion=run_to_completion,
+                                 engine_config=engine_config, greedy=greedy, run_to_completion=run_to_completion, slots_of=slots_of,
                                  peft_greedy=peft_greedy)

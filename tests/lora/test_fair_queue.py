@@ -20,11 +20,12 @@ def request(adapter, prompt_len=16, max_tokens=8):
 
 
 def make_scheduler(fair: bool, max_loras=4, max_num_seqs=4):
+    running: list = []  # the scheduler's running list, bound once it exists
+    queue = FairAdapterQueue(
+        lambda a: within_adapter_limit(a, {r.adapter for r in running if r.adapter}, set(), max_loras)) if fair else None
     sched = Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=64, max_model_len=256),
-                      BlockManager(256, 16))
-    if fair:
-        sched.waiting = FairAdapterQueue(
-            lambda a: within_adapter_limit(a, {r.adapter for r in sched.running if r.adapter}, set(), max_loras))
+                      BlockManager(256, 16), waiting=queue)
+    running = sched.running
     return sched
 
 

@@ -8,8 +8,6 @@ with HF to 2e-3).
 import pytest
 import torch
 
-from llmop.engine.model_runner import build_batch
-
 LOGIT_ATOL = 2e-3
 
 
@@ -39,14 +37,14 @@ def test_mixed_batch_logits_match_peft(lora_engine, references, prompt_ids, kit)
         eng.add_request(f"logits-{k}", prompt_ids[i], kit.greedy(1), adapter=m)
     out = eng.scheduler.schedule()
     assert len(out.chunks) == len(pairs) and all(c.completes for c in out.chunks)
-    out = eng.lora.begin_step(out)  # ordered by slot: rows follow the returned chunks
-    assert len(eng.lora.state.batch.slots) == len(kit.ADAPTERS)
-    logits = eng.runner.logits(build_batch(out, eng.blocks, eng.device))
+    batch = eng.build_batch(out)  # chunks ordered by slot: row_requests say which request each row is
+    assert len(kit.slots_of(eng)) == len(kit.ADAPTERS)
+    logits = eng.executor.logits(batch)
     for k in range(len(pairs)):
         eng.abort(f"logits-{k}")
-    for row, c in enumerate(out.chunks):
-        i, m = pairs[int(c.request.request_id.removeprefix("logits-"))]
-        assert c.request.adapter == m
+    assert len(batch.row_requests) == len(pairs)
+    for row, rid in enumerate(batch.row_requests):
+        i, m = pairs[int(rid.removeprefix("logits-"))]
         torch.testing.assert_close(logits[row], references[(i, m)][1], atol=LOGIT_ATOL, rtol=0, msg=f"{m} prompt {i}")
     assert eng.blocks.pool.num_free == eng.blocks.pool.num_blocks
 
@@ -57,7 +55,7 @@ def test_mixed_batch_greedy_tokens_match_peft(lora_engine, references, prompt_id
     for k, (i, m) in enumerate(pairs):
         eng.add_request(f"mixed-{k}", prompt_ids[i], kit.greedy(), adapter=m)
     distinct = []
-    tokens = kit.run_to_completion(eng, lambda e: distinct.append(len(e.lora.state.batch.slots) if e.lora.state.batch else 0))
+    tokens = kit.run_to_completion(eng, lambda e: distinct.append(len(kit.slots_of(e))))
     assert max(distinct) == len(kit.ADAPTERS), "all four adapters ran in the same steps"
     for k, (i, m) in enumerate(pairs):
         assert tokens[f"mixed-{k}"] == references[(i, m)][0][:kit.NEW_TOKENS], (m, i)
@@ -67,6 +65,6 @@ def test_base_only_steps_skip_the_lora_path(lora_engine, prompt_ids, references,
     eng = lora_engine
     eng.add_request("base-only", prompt_ids[0], kit.greedy())
     seen = []
-    tokens = kit.run_to_completion(eng, lambda e: seen.append(e.lora.state.batch))
-    assert seen and all(b is None for b in seen)
+    tokens = kit.run_to_completion(eng, lambda e: seen.append(e.last_batch.lora))
+    assert seen and all(m is None or m.token_slots is None for m in seen)
     assert tokens["base-only"] == references[(0, None)][0]

@@ -12,7 +12,6 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before llmop.kernels' op modul
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from llmop.engine.model_runner import build_batch  # noqa: E402
 
 LOGIT_ATOL = 2e-3  # as in test_peft_parity: summation order only
 
@@ -22,15 +21,14 @@ def test_triton_lora_mixed_batch_logits_match_peft(hf_checkpoint_dir, adapter_di
     from llmop.engine.engine import LLMEngine
 
     eng = LLMEngine(lora_kit.engine_config(hf_checkpoint_dir, adapter_dirs, lora_backend="triton"))
-    assert eng.lora.state.ops.name == "triton"
     prompt = len(prompt_ids) - 1
     for k, m in enumerate(lora_kit.MODELS):
         eng.add_request(f"triton-{k}", prompt_ids[prompt], lora_kit.greedy(1), adapter=m)
     out = eng.scheduler.schedule()
     assert len(out.chunks) == len(lora_kit.MODELS) and all(c.completes for c in out.chunks)
-    out = eng.lora.begin_step(out)  # ordered by slot: rows follow the returned chunks
-    logits = eng.runner.logits(build_batch(out, eng.blocks, eng.device))
-    for row, c in enumerate(out.chunks):
-        m = lora_kit.MODELS[int(c.request.request_id.removeprefix("triton-"))]
-        assert c.request.adapter == m
+    batch = eng.build_batch(out)
+    logits = eng.executor.logits(batch)
+    assert eng.executor.runner.lora.state.ops.name == "triton"
+    for row, rid in enumerate(batch.row_requests):
+        m = lora_kit.MODELS[int(rid.removeprefix("triton-"))]
         torch.testing.assert_close(logits[row], references[(prompt, m)][1], atol=LOGIT_ATOL, rtol=0, msg=str(m))
