@@ -45,6 +45,7 @@ class RankInfo:
     num_blocks: int
     kv_bytes: int
     int8_layers: int
+    weight_bytes: int  # parameters and buffers this rank holds (its slices plus the replicated parts)
 
 
 def rank_device(device: torch.device, shard: RankShard) -> torch.device:
@@ -106,7 +107,8 @@ class ModelRunner:
         return RankInfo(self.shard.rank, os.getpid(), str(self.device), str(self.dtype).removeprefix("torch."),
                         str(self.kv_dtype).removeprefix("torch."), c.num_heads, c.num_kv_heads,
                         self.kv_spec.num_blocks if self.kv_spec else 0,
-                        sum(t.nbytes for layer in self.kv_caches for t in layer), self.int8_layers)
+                        sum(t.nbytes for layer in self.kv_caches for t in layer), self.int8_layers,
+                        _tensor_bytes(self.model))
 
     def _inputs(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         def t(x, dtype):
@@ -153,6 +155,11 @@ class ModelRunner:
         logits = self.logits(batch)
         with torch.inference_mode():  # the sampler edits the logits in place: they are inference tensors
             return sample(logits, batch.sample_rows, self.eos_ids, self.generator)
+
+
+def _tensor_bytes(model: torch.nn.Module) -> int:
+    seen = {id(t): t.nbytes for t in (*model.parameters(), *model.buffers())}  # a tied head counts once
+    return sum(seen.values())
 
 
 def _no_lora(batch: ForwardBatch):
