@@ -8,14 +8,28 @@ so a flooding adapter cannot starve a trickle: the trickle's counter is always b
 that comes back from idle is lifted to the smallest counter of those waiting, so it cannot bank
 credit while away. Implements the scheduler's `WaitingQueue` protocol; `eligible` is the admission
 policy it is built with (the distinct-adapter limit, adapters in host memory), plus `charge`.
+
+When the adapter whose turn it is waits for a slot (all `max_loras` are held by running adapters),
+no other adapter's request is admitted until one frees, only base-model requests: admitting more
+requests of the running adapters would keep their slots busy for ever, and the adapter whose turn
+it is would wait for the whole flood (found by tests/engine/test_scheduler_properties.py).
 """
 
 from __future__ import annotations
 
+import enum
 import heapq
 from typing import Callable, Iterator
 
 from llmop.engine.request import Request
+
+
+class Admission(enum.Enum):
+    """The admission policy's answer for an adapter's waiting requests."""
+
+    ADMIT = "admit"
+    WAIT_FOR_SLOT = "wait_for_slot"  # every slot is held by running adapters: others wait behind it
+    NOT_READY = "not_ready"  # not in host memory yet (being read): skipped, others may go first
 
 
 def within_adapter_limit(adapter: str | None, running: set[str], pinned_resident: set[str], max_loras: int) -> bool:
@@ -26,8 +40,14 @@ def within_adapter_limit(adapter: str | None, running: set[str], pinned_resident
     return len(running | pinned_resident) < max_loras
 
 
+def slot_admission(adapter: str | None, running: set[str], pinned_resident: set[str], max_loras: int) -> Admission:
+    """`within_adapter_limit` as an admission answer."""
+    ok = within_adapter_limit(adapter, running, pinned_resident, max_loras)
+    return Admission.ADMIT if ok else Admission.WAIT_FOR_SLOT
+
+
 class FairAdapterQueue:
-    def __init__(self, eligible: Callable[[str | None], bool] = lambda a: True,
+    def __init__(self, eligible: Callable[[str | None], Admission] = lambda a: Admission.ADMIT,
                  prompt_weight: float = 1.0, output_weight: float = 2.0):
         self.eligible = eligible
         self.prompt_weight, self.output_weight = prompt_weight, output_weight
@@ -102,8 +122,14 @@ class FairAdapterQueue:
 
     def _pick(self):
         """Key of the eligible non-empty queue whose head goes first (priority, counter, arrival);
-        `eligible` is asked in that order and only until one accepts."""
+        `eligible` is asked in that order and only until one accepts. Behind an adapter that waits
+        for a slot, only the base model (key None) may go."""
+        slot_wait = False
         for a in self._order():
-            if self.eligible(a):
+            if slot_wait and a is not None:
+                continue
+            answer = self.eligible(a)
+            if answer is Admission.ADMIT:
                 return a
+            slot_wait |= answer is Admission.WAIT_FOR_SLOT
         return ...

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from llmop.engine.forward_batch import LoraMapping, SlotLoad
-from llmop.engine.lora.fair_queue import FairAdapterQueue, within_adapter_limit
+from llmop.engine.lora.fair_queue import Admission, FairAdapterQueue, slot_admission
 from llmop.engine.lora.peft_adapter import LoraAdapter, load_peft_adapter
 from llmop.engine.lora.registry import AdapterInfo, AdapterNotFound, AdapterRegistry, AdapterState
 
@@ -150,15 +150,15 @@ class LoraManager:
         reqs = list(running) + (list(waiting) if include_waiting else [])
         return {r.adapter for r in reqs if r.adapter is not None}
 
-    def admits(self, adapter: str | None) -> bool:
+    def admits(self, adapter: str | None) -> Admission:
         """The fair queue's admission policy: may a request of `adapter` start now? Within the
         distinct-adapter limit, and held in host memory (never reads from disk: see `prefetch`)."""
         if adapter is None:
-            return True
+            return Admission.ADMIT
         reg = self.registry
         if reg.state_of(adapter) not in (AdapterState.CPU, AdapterState.RESIDENT):
-            return False
-        return within_adapter_limit(adapter, self._in_use(), reg.pinned_resident(), reg.max_slots)
+            return Admission.NOT_READY
+        return slot_admission(adapter, self._in_use(), reg.pinned_resident(), reg.max_slots)
 
     def prefetch(self) -> None:
         """Before scheduling: read back from disk the adapters the fair queue would admit next

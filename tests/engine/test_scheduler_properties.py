@@ -20,7 +20,7 @@ from hypothesis import given, settings
 
 from llmop.engine.block_hash import BlockHasher
 from llmop.engine.block_manager import BlockManager
-from llmop.engine.lora.fair_queue import FairAdapterQueue, within_adapter_limit
+from llmop.engine.lora.fair_queue import FairAdapterQueue, slot_admission
 from llmop.engine.prefix_cache import PrefixCache
 from llmop.engine.request import FinishReason, Request
 from llmop.engine.sampling_params import SamplingParams
@@ -38,7 +38,7 @@ def build(config: SchedulerConfig, num_blocks: int, block_size: int, caching: bo
     prefix = PrefixCache(blocks, BlockHasher(block_size)) if caching else None
     queue = None
     if max_loras:
-        queue = FairAdapterQueue(lambda a: within_adapter_limit(
+        queue = FairAdapterQueue(lambda a: slot_admission(
             a, {r.adapter for r in sched.running if r.adapter is not None}, set(), max_loras))
     sched = Scheduler(config, blocks, prefix, waiting=queue)
     return sched
@@ -297,12 +297,8 @@ def test_fifo_makes_the_trickle_wait_for_the_flood():
         assert_trickle_served(FLOOD, fair=False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "starvation under the slot limit: while the flood's adapter holds all max_loras slots, "
-    "within_adapter_limit refuses the trickle's adapter, so the fair queue admits the next flood "
-    "request into each freed sequence slot and the adapter slot never drains (the trickle waits "
-    "for the whole flood)"))
 def test_fair_queue_admits_a_trickle_when_the_flood_holds_every_slot():
-    """The case hypothesis shrinks to with max_loras = 1: flood requests alternate max_tokens 1
-    and 3, so the two running flood requests never end in the same step."""
+    """The case hypothesis shrank to with max_loras = 1: flood requests alternate max_tokens 1
+    and 3, so the two running flood requests never end in the same step. Before the queue held
+    other adapters back behind one waiting for a slot, the trickle waited for the whole flood."""
     assert_trickle_served(replace(FLOOD, max_loras=1))

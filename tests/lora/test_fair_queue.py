@@ -7,7 +7,7 @@ chunk); waits are counted in scheduler steps, never in seconds.
 import itertools
 
 from llmop.engine.block_manager import BlockManager
-from llmop.engine.lora.fair_queue import FairAdapterQueue, within_adapter_limit
+from llmop.engine.lora.fair_queue import FairAdapterQueue, slot_admission
 from llmop.engine.request import Request
 from llmop.engine.sampling_params import SamplingParams
 from llmop.engine.scheduler import Scheduler, SchedulerConfig
@@ -22,7 +22,7 @@ def request(adapter, prompt_len=16, max_tokens=8):
 def make_scheduler(fair: bool, max_loras=4, max_num_seqs=4):
     running: list = []  # the scheduler's running list, bound once it exists
     queue = FairAdapterQueue(
-        lambda a: within_adapter_limit(a, {r.adapter for r in running if r.adapter}, set(), max_loras)) if fair else None
+        lambda a: slot_admission(a, {r.adapter for r in running if r.adapter}, set(), max_loras)) if fair else None
     sched = Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=64, max_model_len=256),
                       BlockManager(256, 16), waiting=queue)
     running = sched.running
