@@ -134,6 +134,16 @@ class BlockManager:
         self._num_registered.setdefault(request_id, 0)
         table.extend(self.pool.allocate() for _ in range(need))
 
+    def shrink(self, request_id: str, num_tokens: int) -> None:
+        """Keep only the blocks covering the first `num_tokens` tokens (rejected speculative
+        tokens' blocks, which nothing else references, go back to the pool)."""
+        table = self.tables.get(request_id, [])
+        keep = self.blocks_for(num_tokens)
+        while len(table) > keep:
+            self.pool.decref(table.pop())
+        if request_id in self._num_registered:
+            self._num_registered[request_id] = min(self._num_registered[request_id], keep)
+
     # --- the prefix cache -------------------------------------------------------------------------
 
     def cached_prefix(self, block_hashes: Sequence[bytes], num_tokens: int) -> list[int]:

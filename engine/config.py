@@ -22,6 +22,27 @@ class AdapterSource(BaseModel):
     pinned: bool = False
 
 
+class SpeculativeConfig(BaseModel):
+    """Speculative decoding: propose tokens cheaply, verify them in the target's forward pass; the
+    output distribution is exactly the target's (docs/engine.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    method: Literal["ngram"] = Field("ngram", description="ngram: prompt lookup in the request's own tokens")
+    num_tokens: int = Field(4, ge=1, le=16, description="Tokens proposed per request and step")
+    ngram_min: int = Field(2, ge=1, description="Shortest suffix looked up")
+    ngram_max: int = Field(4, ge=1, description="Longest suffix looked up")
+    max_batch_size: int = Field(8, ge=1, description="Speculate only in steps with at most this many running requests")
+    min_acceptance: float = Field(
+        0.1, ge=0.0, le=1.0, description="A request whose acceptance rate falls below this (after 16 proposed "
+        "tokens) stops speculating")
+
+    @model_validator(mode="after")
+    def _check(self) -> "SpeculativeConfig":
+        if self.ngram_min > self.ngram_max:
+            raise ValueError("ngram_min must not exceed ngram_max")
+        return self
+
+
 class EngineConfig(BaseModel):
     """Everything one engine process needs; every field has a default that runs on a laptop CPU."""
 
@@ -66,6 +87,8 @@ class EngineConfig(BaseModel):
         "sha256", description="Hash naming cached blocks; xxh3_128 is faster, needs the xxhash package, and is not "
         "collision-resistant against crafted prompts"
     )
+
+    speculative: SpeculativeConfig | None = Field(None, description="Speculative decoding; None: off")
 
     # Backends, chosen by name; "auto" picks Triton on CUDA and torch on the CPU.
     attention_backend: Literal["auto", "torch", "triton"] = "auto"

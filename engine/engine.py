@@ -35,6 +35,7 @@ from llmop.engine.request import FinishReason, Request, RequestStatus
 from llmop.engine.sampler import SampleRow
 from llmop.engine.sampling_params import SamplingParams
 from llmop.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from llmop.engine.speculator import Speculator
 from llmop.engine.tokenizer import TextTokenizer
 from llmop.engine.tp.shard import check_tensor_parallel, rank_config
 
@@ -98,6 +99,7 @@ class LLMEngine:
             PrefixCache(self.blocks, hasher),
             waiting=self.lora.queue,  # the fair adapter queue when LoRA is on, else priority order
         )
+        self.speculator = Speculator(config.speculative, self.max_model_len)
         for a in config.adapters:
             self.lora.add(a.name, a.source, a.pinned)
         self.load_seconds = time.monotonic() - t0
@@ -260,20 +262,17 @@ class LLMEngine:
             wait([f for _, f in self._compiling.values()], timeout=0.05, return_when=FIRST_COMPLETED)
         compiled = self._admit_compiled()
         self.lora.prefetch()  # adapters evicted to disk are read back before, never inside, schedule()
+        self.speculator.propose(self.scheduler.running)
         out = self.scheduler.schedule()
         failed = compiled + self._fail_unservable()
         if out.is_empty:
             return failed
         batch = self._batch(out, sample=True)
         result = self.executor.execute(batch)
-        self.scheduler.commit(out)
-        if result is None:
-            return failed
+        emitted, rejected = self.speculator.verify(out.chunks, batch.row_requests, result)
+        self.scheduler.commit(out, rejected)
         now = time.monotonic()
-        outputs = failed
-        for rid, token, lp in zip(batch.row_requests, result.token_ids, result.logprobs):
-            outputs.append(self._postprocess(self._tracked[rid], token, lp, now))
-        return outputs
+        return failed + [self._postprocess(self._tracked[rid], tokens, now) for rid, tokens in emitted.items()]
 
     def build_batch(self, out: SchedulerOutput, all_logits: bool = False) -> ForwardBatch:
         """The `ForwardBatch` of a scheduled step, without sampling (tests and scoring run it with
@@ -282,45 +281,57 @@ class LLMEngine:
 
     def _batch(self, out: SchedulerOutput, sample: bool, all_logits: bool = False) -> ForwardBatch:
         chunks, lora = self.lora.plan_step(out.chunks)
-        rows = self._sample_rows([self._tracked[c.request.request_id] for c in chunks if c.completes]) if sample else ()
+        rows = self._sample_rows(chunks) if sample else ()
         self.last_batch = build_forward_batch(chunks, self.blocks.tables, self.blocks.block_size, rows, lora,
                                               out.block_copies, all_logits)
         return self.last_batch
 
-    def _sample_rows(self, tracked: list[_Tracked]) -> list[SampleRow]:
-        with_grammar = [t for t in tracked if t.grammar is not None]
+    def _sample_rows(self, chunks) -> list[SampleRow]:
+        """One row per logits row: the completing chunks' last token, plus one per proposed token."""
+        tracked = [(self._tracked[c.request.request_id], c.num_spec) for c in chunks if c.completes]
+        with_grammar = [t for t, _ in tracked if t.grammar is not None]
         masks = dict(zip(map(id, with_grammar), fill_bitmasks([t.grammar for t in with_grammar], self.vocab_size)))
         rows = []
-        for t in tracked:
+        for t, k in tracked:
             r, p = t.request, t.request.params
             history = (tuple(r.prompt_token_ids), tuple(r.output_token_ids)) if p.has_penalties else ((), ())
-            rows.append(SampleRow(p, len(r.output_token_ids), *history,
-                                  block_eos=len(r.output_token_ids) < p.min_tokens, token_bitmask=masks.get(id(t))))
+            n = len(r.output_token_ids)
+            for j in range(k + 1):
+                rows.append(SampleRow(p, n + j, *history, block_eos=n + j < p.min_tokens,
+                                      token_bitmask=masks.get(id(t)),
+                                      draft_token=r.spec_token_ids[j] if j < k else None))
         return rows
 
-    def _postprocess(self, t: _Tracked, token: int, lp, now: float) -> RequestOutput:
+    def _postprocess(self, t: _Tracked, tokens: list[tuple[int, object]], now: float) -> RequestOutput:
+        """Append this step's tokens (several when speculation was accepted) until one ends the request."""
         r, p = t.request, t.request.params
-        r.output_token_ids.append(token)
         if r.times.first_token is None:
             r.times.first_token = now
-        r.times.tokens.append(now)
-        is_stop_id = (token in self.tokenizer.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids
-        text = "" if is_stop_id else t.detok.add(token)
+        new_ids, text, logprobs = [], "", []
         reason, stop_reason = None, None
-        if t.detok.stopped_by is not None:
-            reason, stop_reason = FinishReason.STOP, t.detok.stopped_by
-        elif is_stop_id:
-            reason, stop_reason = FinishReason.STOP, token
-        elif t.grammar is not None and (not t.grammar.accept(token) or t.grammar.is_terminated):
-            reason = FinishReason.STOP  # the grammar is complete (or, never expected, refused the sampled token)
-        elif len(r.output_token_ids) >= p.max_tokens or r.num_tokens >= self.max_model_len:
-            reason = FinishReason.LENGTH
-        logprobs = (TokenLogprob(token, lp[0], tuple(lp[1])),) if lp is not None else ()
+        for token, lp in tokens:
+            r.output_token_ids.append(token)
+            r.times.tokens.append(now)
+            new_ids.append(token)
+            if lp is not None:
+                logprobs.append(TokenLogprob(token, lp[0], tuple(lp[1])))
+            is_stop_id = (token in self.tokenizer.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids
+            text += "" if is_stop_id else t.detok.add(token)
+            if t.detok.stopped_by is not None:
+                reason, stop_reason = FinishReason.STOP, t.detok.stopped_by
+            elif is_stop_id:
+                reason, stop_reason = FinishReason.STOP, token
+            elif t.grammar is not None and (not t.grammar.accept(token) or t.grammar.is_terminated):
+                reason = FinishReason.STOP  # the grammar is complete (or, never expected, refused the sampled token)
+            elif len(r.output_token_ids) >= p.max_tokens or r.num_tokens >= self.max_model_len:
+                reason = FinishReason.LENGTH
+            if reason is not None:
+                break
         if reason is not None:
             text += t.detok.flush()
             self.scheduler.finish(r, reason)
             del self._tracked[r.request_id]
-        return self._output(t, (token,), text, logprobs, reason, stop_reason)
+        return self._output(t, tuple(new_ids), text, tuple(logprobs), reason, stop_reason)
 
     def _output(self, t: _Tracked, new_ids, text, logprobs, reason=None, stop_reason=None) -> RequestOutput:
         r = t.request

@@ -54,9 +54,9 @@ class ForwardBatch:
 def build_forward_batch(chunks: Sequence, tables: Mapping[str, Sequence[int]], block_size: int,
                         sample_rows: Sequence[SampleRow] = (), lora: LoraMapping | None = None,
                         block_copies: tuple[tuple[int, int], ...] = (), all_logits: bool = False) -> ForwardBatch:
-    """Flatten scheduled chunks (`request`, `start`, `num_tokens`, `completes`) in order. Logits rows:
-    the last token of every chunk that completes its request (`sample_rows` describe those, in order),
-    or every token with `all_logits` (scoring, tests)."""
+    """Flatten scheduled chunks (`request`, `start`, `num_tokens`, `num_spec`, `completes`) in order.
+    Logits rows: the last 1 + num_spec tokens of every chunk that completes its request
+    (`sample_rows` describe those, in order), or every token with `all_logits` (scoring, tests)."""
     ids: list[int] = []
     positions: list[int] = []
     slots: list[int] = []
@@ -76,7 +76,8 @@ def build_forward_batch(chunks: Sequence, tables: Mapping[str, Sequence[int]], b
         seq_tables.append(tuple(table))
         seq_lens.append(end)
         q_lens.append(c.num_tokens)
-        wanted = range(first, len(ids)) if all_logits else ([len(ids) - 1] if c.completes else [])
+        spec = getattr(c, "num_spec", 0)  # a speculative chunk verifies its proposals: k + 1 rows
+        wanted = range(first, len(ids)) if all_logits else (range(len(ids) - 1 - spec, len(ids)) if c.completes else [])
         rows.extend(wanted)
         row_requests.extend([rid] * len(wanted))
     if sample_rows and len(sample_rows) != len(rows):

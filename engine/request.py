@@ -58,6 +58,9 @@ class Request:
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens not computed at its first admission (prefix cache, n > 1)
     block_hashes: list[bytes] = field(default_factory=list, repr=False)  # names of its full blocks
+    spec_token_ids: list[int] = field(default_factory=list)  # proposed next tokens, not yet verified
+    num_spec_proposed: int = 0  # speculative tokens proposed / accepted so far (acceptance gating)
+    num_spec_accepted: int = 0
     times: RequestTimes = field(default_factory=RequestTimes)
     arrival_seq: int = field(default_factory=lambda: next(_arrival_counter))
 
@@ -78,10 +81,11 @@ class Request:
         return self.prompt_token_ids[i] if i < p else self.output_token_ids[i - p]
 
     def token_slice(self, start: int, end: int) -> list[int]:
+        """Tokens [start, end); past `num_tokens` come the proposed (speculative) tokens."""
         p = len(self.prompt_token_ids)
         if end <= p:
             return self.prompt_token_ids[start:end]
-        return (self.prompt_token_ids + self.output_token_ids)[start:end]
+        return (self.prompt_token_ids + self.output_token_ids + self.spec_token_ids)[start:end]
 
     @property
     def is_finished(self) -> bool:

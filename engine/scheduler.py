@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Iterator, Mapping, Protocol
 
 from llmop.engine.block_manager import BlockManager
 from llmop.engine.prefix_cache import PrefixCache
@@ -31,12 +31,14 @@ class SchedulerConfig:
 class ScheduledChunk:
     request: Request
     start: int  # first token index to compute (== num_computed_tokens at scheduling time)
-    num_tokens: int
+    num_tokens: int  # including `num_spec`
+    num_spec: int = 0  # the request's first proposed tokens, verified in this step
 
     @property
     def completes(self) -> bool:
-        """After this chunk the request has computed all its tokens, so it samples the next one."""
-        return self.start + self.num_tokens == self.request.num_tokens
+        """After this chunk the request has computed all its tokens, so it samples the next one
+        (and verifies the proposed ones)."""
+        return self.start + self.num_tokens - self.num_spec == self.request.num_tokens
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,9 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             n = min(req.num_uncomputed_tokens, budget)
+            k = min(len(req.spec_token_ids), budget - n) if n == req.num_uncomputed_tokens else 0
+            if k and not self.blocks.can_hold(req.request_id, req.num_computed_tokens + n + k):
+                k = 0  # proposals never cost anyone else their blocks
             while not self.blocks.can_hold(req.request_id, req.num_computed_tokens + n):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -154,10 +159,10 @@ class Scheduler:
                 if victim is req:
                     break
             else:
-                self.blocks.grow(req.request_id, req.num_computed_tokens + n)
-                chunks.append(ScheduledChunk(req, req.num_computed_tokens, n))
+                self.blocks.grow(req.request_id, req.num_computed_tokens + n + k)
+                chunks.append(ScheduledChunk(req, req.num_computed_tokens, n + k, k))
                 scheduled_ids.add(req.request_id)
-                budget -= n
+                budget -= n + k
                 i += 1
                 continue
             # `req` itself was preempted; the loop index now points at the next request.
@@ -191,6 +196,7 @@ class Scheduler:
         self.running.remove(req)
         self.blocks.free(req.request_id)
         req.num_computed_tokens = 0
+        req.spec_token_ids = []
         req.num_preemptions += 1
         self.num_preemptions += 1
         req.status = RequestStatus.PREEMPTED
@@ -198,11 +204,17 @@ class Scheduler:
         for follower in self.prefix.release(req):  # they start from the cache instead
             self.waiting.push(follower)
 
-    def commit(self, out: SchedulerOutput) -> None:
-        """The model ran: advance every scheduled request's counter and cache its full blocks."""
+    def commit(self, out: SchedulerOutput, rejected: Mapping[str, int] | None = None) -> None:
+        """The model ran: advance every scheduled request's counter and cache its full blocks.
+        `rejected[request_id]`: proposed tokens the verification rejected; their KV is dropped and
+        the blocks that held only them go back to the pool."""
+        rejected = rejected or {}
         for c in out.chunks:
-            c.request.num_computed_tokens = c.start + c.num_tokens
-            for follower in self.prefix.computed(c.request):
+            req = c.request
+            req.num_computed_tokens = c.start + c.num_tokens - rejected.get(req.request_id, 0)
+            if c.num_spec:
+                self.blocks.shrink(req.request_id, req.num_computed_tokens)
+            for follower in self.prefix.computed(req):
                 self.waiting.push(follower)
 
     def finish(self, req: Request, reason: FinishReason) -> None:

@@ -1,0 +1,29 @@
+"""N-gram prompt lookup: propose the tokens that followed the last time this text appeared.
+
+Speculative decoding's cheapest proposer (no model): take the longest suffix of the request's
+tokens, of length in [n_min, n_max], that also occurs earlier in them, and propose the k tokens that
+followed its most recent earlier occurrence. It pays on outputs that repeat their input (edits,
+rewrites, code, extraction) and proposes nothing elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def propose_ngram(tokens: Sequence[int], k: int, n_min: int, n_max: int) -> list[int]:
+    """Up to `k` proposed next tokens ([] when no suffix of length n_min..n_max recurs)."""
+    size = len(tokens)
+    if k < 1:
+        return []
+    for n in range(min(n_max, size - 1), n_min - 1, -1):
+        suffix = list(tokens[size - n:])
+        first = suffix[0]
+        # Most recent earlier occurrence: start positions from size - n - 1 down to 0.
+        for start in range(size - n - 1, -1, -1):
+            if tokens[start] == first and list(tokens[start:start + n]) == suffix:
+                follow = list(tokens[start + n:start + n + k])
+                if follow:
+                    return follow
+                break
+    return []
