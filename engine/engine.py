@@ -59,6 +59,10 @@ class EngineStats:
     oldest_waiting_arrival: float | None
     prefix_cache_queries: int = 0  # prompt tokens looked up at first admission
     prefix_cache_hits: int = 0  # of those, tokens not computed (cached, or shared by n > 1 choices)
+    spec_drafts: int = 0  # speculative decoding: requests × steps that verified proposals
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_accepted_by_position: tuple[int, ...] = ()
 
 
 class LLMEngine:
@@ -249,10 +253,11 @@ class LLMEngine:
         return bool(self._tracked)
 
     def stats(self) -> EngineStats:
-        s = self.scheduler
+        s, n = self.scheduler, self.speculator.counters
         return EngineStats(s.num_waiting, len(s.running), self.blocks.pool.num_free,
                            self.blocks.pool.num_blocks, s.num_preemptions, s.oldest_waiting_arrival(),
-                           s.prefix.queries, s.prefix.hits)
+                           s.prefix.queries, s.prefix.hits, n.drafts, n.draft_tokens, n.accepted_tokens,
+                           tuple(n.accepted_by_position))
 
     # --- the step ---------------------------------------------------------------------------------
 

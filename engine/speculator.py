@@ -40,7 +40,8 @@ class SpeculationCounters:
 class Speculator:
     def __init__(self, config: SpeculativeConfig | None, max_model_len: int):
         self.config, self.max_model_len = config, max_model_len
-        self.counters = SpeculationCounters()
+        k = config.num_tokens if config is not None else 0
+        self.counters = SpeculationCounters(accepted_by_position=[0] * k, proposed_by_position=[0] * k)
 
     def propose(self, running: Sequence[Request]) -> None:
         """Set (or clear) every running request's proposals for the next step."""

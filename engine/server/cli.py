@@ -1,8 +1,9 @@
 """`llmop serve`: the OpenAI-compatible server on one engine (the embedded model by default).
 
 Settings come from `--config FILE` (the EngineConfig YAML the operator writes into the pod's
-ConfigMap), then from flags, one per EngineConfig field (`--max-num-seqs 8`), which override the
-file. Exits 0 after a SIGTERM drain.
+ConfigMap), then from flags, one per EngineConfig field (`--max-num-seqs 8`; a section such as
+`--speculative '{method: ngram, num_tokens: 4}'` takes YAML), which override the file. Exits 0
+after a SIGTERM drain.
 """
 
 from __future__ import annotations
@@ -12,19 +13,24 @@ import logging
 import types
 import typing
 
+import yaml
+from pydantic import BaseModel
+
 from llmop.engine.config import EngineConfig
 
 _SCALARS = (int, float, str, bool)
 
 
 def _flag_fields() -> dict[str, type]:
-    """EngineConfig fields that take one scalar value (lists such as adapters go in the file)."""
+    """EngineConfig fields that take one scalar value, or a section (YAML); lists such as adapters
+    go in the file."""
     out = {}
     for name, f in EngineConfig.model_fields.items():
         ann = f.annotation
         args = [a for a in typing.get_args(ann) if a is not type(None)] if isinstance(
             ann, types.UnionType) or typing.get_origin(ann) is typing.Union else [ann]
-        if len(args) == 1 and (args[0] in _SCALARS or typing.get_origin(args[0]) is typing.Literal):
+        section = isinstance(args[0], type) and issubclass(args[0], BaseModel)
+        if len(args) == 1 and (args[0] in _SCALARS or typing.get_origin(args[0]) is typing.Literal or section):
             out[name] = args[0]
     return out
 
@@ -39,6 +45,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "help": f"{field.description or name} (default: {field.default})"}
         if typ is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
+        elif isinstance(typ, type) and issubclass(typ, BaseModel):
+            kwargs.update(type=yaml.safe_load, metavar="YAML")
         else:
             kwargs.update(type=str, choices=choices)
         parser.add_argument("--" + name.replace("_", "-"), **kwargs)

@@ -68,10 +68,21 @@ class _EngineGauges(Collector):
             ("llmop_prefix_cache_queries", "Prompt tokens looked up in the prefix cache (at first admission)",
              s.prefix_cache_queries),
             ("llmop_prefix_cache_hits", "Prompt tokens found there, so not computed", s.prefix_cache_hits),
+            ("llmop_spec_decode_drafts", "Speculative decoding: a request verifying proposed tokens in a step",
+             s.spec_drafts),
+            ("llmop_spec_decode_draft_tokens", "Speculative decoding: proposed tokens verified", s.spec_draft_tokens),
+            ("llmop_spec_decode_accepted_tokens", "Speculative decoding: proposed tokens accepted",
+             s.spec_accepted_tokens),
         ):
             c = CounterMetricFamily(name, doc, labels=["model"])
             c.add_metric([self.model], value)
             yield c
+        by_position = CounterMetricFamily("llmop_spec_decode_accepted_tokens_per_position",
+                                          "Speculative decoding: proposals accepted at each position (0 = first)",
+                                          labels=["model", "position"])
+        for j, value in enumerate(s.spec_accepted_by_position):
+            by_position.add_metric([self.model, str(j)], value)
+        yield by_position
 
 
 class ServerMetrics:
