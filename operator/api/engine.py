@@ -25,6 +25,19 @@ class ResourcesSpec(CRDModel):
     limits: ResourceMap = Field(default_factory=dict, description="Resource limits, e.g. {memory: 64Gi}.")
 
 
+class SpeculativeSpec(CRDModel):
+    """Speculative decoding: the engine proposes tokens and verifies them in one forward pass; the
+    output is exactly what it would be without (engine config `speculative`)."""
+
+    method: str = Field("ngram", pattern="^ngram$", description="ngram: prompt lookup in the request's own tokens.")
+    num_tokens: int = Field(4, ge=1, le=16, description="Tokens proposed per request and step.")
+    ngram_min: int = Field(2, ge=1, le=64, description="Shortest suffix looked up.")
+    ngram_max: int = Field(4, ge=1, le=64, description="Longest suffix looked up.")
+    max_batch_size: int = Field(
+        8, ge=1, le=4096, description="Speculate only in steps with at most this many running requests."
+    )
+
+
 class EngineSpec(CRDModel):
     """The engine container (`llmop serve --config /etc/llmop/engine.yaml`)."""
 
@@ -42,6 +55,9 @@ class EngineSpec(CRDModel):
     )
     enable_prefix_caching: bool | None = Field(
         None, description="Reuse the KV of prompt prefixes across requests (engine default: on)."
+    )
+    speculative: SpeculativeSpec | None = Field(
+        None, description="Speculative decoding (off when absent); pays on outputs that repeat their input."
     )
     port: int = Field(8000, ge=1, le=65535, description="Port of the OpenAI-compatible HTTP API.")
     drain_timeout_seconds: int = Field(

@@ -23,7 +23,7 @@ OPERATOR_FIELDS = {
     "model": "spec.model.source", "served_model_name": "spec.model.name",
     "tensor_parallel_size": "spec.parallelism.tensor", "max_model_len": "spec.engine.maxModelLen",
     "max_num_seqs": "spec.engine.maxNumSeqs", "max_num_batched_tokens": "spec.engine.maxNumBatchedTokens",
-    "enable_prefix_caching": "spec.engine.enablePrefixCaching",
+    "enable_prefix_caching": "spec.engine.enablePrefixCaching", "speculative": "spec.engine.speculative",
     "block_size": "spec.kvCache.blockSize", "kv_cache_dtype": "spec.kvCache.dtype",
     "quantization": "spec.model.quantization",
     "kv_cache_memory_bytes": "spec.kvCache (sizing)", "kv_cache_memory_fraction": "spec.kvCache (sizing)",
@@ -68,6 +68,8 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
         fields["max_num_batched_tokens"] = engine.max_num_batched_tokens
     if engine.enable_prefix_caching is not None:
         fields["enable_prefix_caching"] = engine.enable_prefix_caching
+    if engine.speculative is not None:
+        fields["speculative"] = engine.speculative.model_dump()
     try:
         return EngineConfig.model_validate({**engine.overrides, **fields})
     except ValidationError as err:

@@ -129,3 +129,12 @@ def test_prefix_caching_is_the_engine_default_unless_the_spec_turns_it_off():
     with pytest.raises(SpecError) as err:  # the typed field, not an override, decides it
         desired_state(body({"engine": {"overrides": {"enable_prefix_caching": False}}}), SETTINGS)
     assert "spec.engine.enablePrefixCaching" in str(err.value)
+
+
+def test_speculation_is_rendered_from_the_typed_field_only():
+    assert engine_config(objects()).speculative is None
+    spec = engine_config(objects({"engine": {"speculative": {"numTokens": 3, "maxBatchSize": 4}}})).speculative
+    assert (spec.method, spec.num_tokens, spec.max_batch_size) == ("ngram", 3, 4)
+    with pytest.raises(SpecError) as err:
+        desired_state(body({"engine": {"overrides": {"speculative": {"method": "ngram"}}}}), SETTINGS)
+    assert "spec.engine.speculative" in str(err.value)
