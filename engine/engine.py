@@ -67,7 +67,8 @@ class EngineStats:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, **overrides):
-        config = (config or EngineConfig()).model_copy(update=overrides)
+        # Validated, so keyword overrides are checked like a config file (model_copy would not).
+        config = EngineConfig.model_validate({**(config or EngineConfig()).model_dump(), **overrides})
         self.config = config
         t0 = time.monotonic()
         self.device = resolve_device(config.device)

@@ -1,7 +1,7 @@
 """The LoRA pass: replace the model's linear layers with LoRA-aware ones reading stacked slots.
 
-Each replaced layer keeps its base weight (same parameter, same state-dict name) and owns, per
-adapter slot, `lora_a [slots, max_rank, in]` and `lora_b_t [slots, max_rank, out]` on the device
+Each replaced layer wraps its base layer (a float `Linear`, or an `Int8Linear`: LoRA runs beside
+quantized weights, in the activations' dtype) and owns, per adapter slot, `lora_a [slots, max_rank, in]` and `lora_b_t [slots, max_rank, out]` on the device
 (zero-padded). The kernels take B as `[slots, out, rank]` with any strides; storing it rank-major
 (a transposed view for the kernels) lets the CPU's batched expand read whole rows: ~2x faster per
 call with the weights in cache, 13-16% less time for a step's worth of LoRA layers at 16-32
@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from llmop.engine.linear import linear
 from llmop.engine.lora.batch import LoraBatch
 from llmop.engine.lora.ops import LoraOps
 from llmop.engine.lora.peft_adapter import TARGET_MODULES, LoraAdapter, module_path
@@ -25,8 +24,8 @@ from llmop.kernels.lora_plan import apply_lora_plan
 class LoraState:
     """What every LoRA layer reads during a forward pass; `runtime.LoraRuntime` sets `batch` for each step."""
 
-    def __init__(self, num_slots: int, max_rank: int, ops: LoraOps, device: torch.device):
-        self.num_slots, self.max_rank, self.ops = num_slots, max_rank, ops
+    def __init__(self, num_slots: int, max_rank: int, ops: LoraOps, device: torch.device, dtype: torch.dtype):
+        self.num_slots, self.max_rank, self.ops, self.dtype = num_slots, max_rank, ops, dtype
         self.scaling = torch.zeros(num_slots, dtype=torch.float32, device=device)
         self.slot_rank = [0] * num_slots
         self.slot_scaling = [0.0] * num_slots  # host copy of `scaling`, for the per-step plan
@@ -36,19 +35,24 @@ class LoraState:
 class LoraLinear(nn.Module):
     """`y = x W^T + b`, plus `scaling[s] * x A_s^T B_s^T` for the rows whose token uses slot s."""
 
-    def __init__(self, base: nn.Linear, state: LoraState):
+    def __init__(self, base: nn.Module, state: LoraState):
         super().__init__()
-        self.weight, self.bias = base.weight, base.bias
+        self.base = base
         self.in_features, self.out_features = base.in_features, base.out_features
         self.state = state
-        kw = dict(dtype=base.weight.dtype, device=base.weight.device)
+        kw = dict(dtype=state.dtype, device=base.weight.device)
         self.register_buffer("lora_a", torch.zeros(state.num_slots, state.max_rank, self.in_features, **kw),
                              persistent=False)
         self.register_buffer("lora_b_t", torch.zeros(state.num_slots, state.max_rank, self.out_features, **kw),
                              persistent=False)
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """The base layer's weight (float, or int8 with per-channel scales)."""
+        return self.base.weight
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = linear(x, self.weight, self.bias)
+        y = self.base(x)
         batch = self.state.batch
         if batch is None:
             return y

@@ -35,7 +35,8 @@ class LoraRuntime:
         self.slots: LoraSlots | None = None
 
     def _enable(self) -> None:
-        self.state = LoraState(self.num_slots, self.max_rank, get_lora_ops(self.backend, self.device), self.device)
+        self.state = LoraState(self.num_slots, self.max_rank, get_lora_ops(self.backend, self.device), self.device,
+                               self.dtype)
         self.slots = apply_lora(self.model, self.full_config.num_layers, self.state)
         log.info("LoRA pass applied on rank %d: %d slots x rank %d (%.1f MiB on %s), %s backend", self.shard.rank,
                  self.num_slots, self.max_rank, self.slots.num_bytes / 2**20, self.device, self.state.ops.name)

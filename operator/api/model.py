@@ -42,6 +42,14 @@ class ArchitectureSpec(CRDModel):
     max_context_length: int | None = Field(
         None, ge=16, description="The model's context window (max_position_embeddings)."
     )
+    hidden_size: int | None = Field(
+        None, ge=1, description="hidden_size: with vocabSize, sizing counts the embedding and LM head every GPU holds."
+    )
+    intermediate_size: int | None = Field(
+        None, ge=1, description="intermediate_size (MLP width): a tensor-parallel size must divide it."
+    )
+    vocab_size: int | None = Field(None, ge=1, description="vocab_size.")
+    tie_word_embeddings: bool = Field(False, description="The LM head is the embedding table (tie_word_embeddings).")
 
 
 class ModelSpec(CRDModel):

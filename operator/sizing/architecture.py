@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +22,33 @@ class Architecture:
     head_dim: int
     dtype: str = "bfloat16"
     max_context_length: int | None = None
+    # Optional (config.json): with them, sizing counts what the engine replicates on every rank and
+    # refuses sizes the engine refuses.
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    vocab_size: int | None = None
+    tie_word_embeddings: bool = False
 
     @property
     def weight_bytes(self) -> int:
         """Bytes of all weights at the serving dtype."""
         return int(self.parameters * DTYPE_BYTES[self.dtype])
+
+    def weight_bytes_per_gpu(self, t: int) -> int:
+        """What one of t tensor-parallel ranks holds. The engine (engine/tp/shard.py) splits the
+        decoder layers t ways and replicates the embedding (kept in the activations' float dtype
+        even with int8 weights) and the LM head (at the serving dtype; a tied head is the embedding
+        itself, or its int8 copy when the weights are int8). Without the vocabulary and hidden
+        sizes: all weights / t."""
+        if self.vocab_size is None or self.hidden_size is None:
+            return math.ceil(self.weight_bytes / t)
+        table = self.vocab_size * self.hidden_size
+        float_dtype = self.kv_dtype("auto")  # the float dtype the model computes in
+        embedding = table * DTYPE_BYTES[float_dtype]
+        tied_float = self.tie_word_embeddings and self.dtype == float_dtype
+        head = 0 if tied_float else table * DTYPE_BYTES[self.dtype]
+        split = (self.parameters - table * (1 if self.tie_word_embeddings else 2)) * DTYPE_BYTES[self.dtype]
+        return int(math.ceil(split / t) + embedding + head)
 
     def kv_dtype(self, requested: str = "auto") -> str:
         """The KV cache dtype: as requested, or the weights' dtype when that is a float type."""
@@ -49,6 +72,10 @@ class Architecture:
             head_dim=int(config.get("head_dim") or config["hidden_size"] // heads),
             dtype=dtype or str(config.get("torch_dtype", "bfloat16")),
             max_context_length=config.get("max_position_embeddings"),
+            hidden_size=config.get("hidden_size"),
+            intermediate_size=config.get("intermediate_size"),
+            vocab_size=config.get("vocab_size"),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         )
 
 

@@ -13,14 +13,14 @@ from llmop.operator.sizing.architecture import Architecture
 EMBEDDED = "smollm2-135m"
 
 CATALOG: dict[str, Architecture] = {
-    EMBEDDED: Architecture(134_515_008, 30, 9, 3, 64, "bfloat16", 8192),
-    "llama-3-8b": Architecture(8_030_261_248, 32, 32, 8, 128, "bfloat16", 8192),
-    "llama-3-70b": Architecture(70_553_706_496, 80, 64, 8, 128, "bfloat16", 8192),
-    "llama-3.1-8b": Architecture(8_030_261_248, 32, 32, 8, 128, "bfloat16", 131072),
-    "llama-3.1-70b": Architecture(70_553_706_496, 80, 64, 8, 128, "bfloat16", 131072),
-    "llama-3.1-405b": Architecture(405_853_388_800, 126, 128, 8, 128, "bfloat16", 131072),
-    "mistral-7b": Architecture(7_241_732_096, 32, 32, 8, 128, "bfloat16", 32768),
-    "qwen2.5-7b": Architecture(7_615_616_512, 28, 28, 4, 128, "bfloat16", 32768),
+    EMBEDDED: Architecture(134_515_008, 30, 9, 3, 64, "bfloat16", 8192, 576, 1536, 49152, True),
+    "llama-3-8b": Architecture(8_030_261_248, 32, 32, 8, 128, "bfloat16", 8192, 4096, 14336, 128256),
+    "llama-3-70b": Architecture(70_553_706_496, 80, 64, 8, 128, "bfloat16", 8192, 8192, 28672, 128256),
+    "llama-3.1-8b": Architecture(8_030_261_248, 32, 32, 8, 128, "bfloat16", 131072, 4096, 14336, 128256),
+    "llama-3.1-70b": Architecture(70_553_706_496, 80, 64, 8, 128, "bfloat16", 131072, 8192, 28672, 128256),
+    "llama-3.1-405b": Architecture(405_853_388_800, 126, 128, 8, 128, "bfloat16", 131072, 16384, 53248, 128256),
+    "mistral-7b": Architecture(7_241_732_096, 32, 32, 8, 128, "bfloat16", 32768, 4096, 14336, 32000),
+    "qwen2.5-7b": Architecture(7_615_616_512, 28, 28, 4, 128, "bfloat16", 32768, 3584, 18944, 152064),
 }
 
 _SUFFIXES = re.compile(r"(-instruct|-chat|-hf|-v0\.\d|-it)+$")

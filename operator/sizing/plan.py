@@ -23,6 +23,7 @@ class Rejection(StrEnum):
 
     HEADS = "Heads"  # does not divide the attention heads
     KV_HEADS = "KVHeads"  # neither divides nor is a multiple of the KV heads
+    MLP = "MLP"  # does not divide the MLP width (when the architecture gives it)
     MEMORY = "Memory"  # needs more than the usable memory per GPU
     NODE = "Node"  # more GPUs than one node has
 
@@ -137,7 +138,7 @@ def evaluate(req: SizingRequest, t: int) -> Candidate:
     cand = dict(
         t=t,
         kv_ranks=kv_ranks,
-        weights_bytes=math.ceil(arch.weight_bytes / t),
+        weights_bytes=arch.weight_bytes_per_gpu(t),
         kv_budget_bytes=math.ceil(req.kv_bytes_per_token * req.budget_tokens / kv_ranks),
         reserved_bytes=acc.reserved_bytes,
         usable_bytes=acc.usable_bytes,
@@ -148,6 +149,9 @@ def evaluate(req: SizingRequest, t: int) -> Candidate:
     if arch.kv_heads % t and t % arch.kv_heads:
         return Candidate(**cand, rejection=Rejection.KV_HEADS,
                          rejected=f"neither divides nor is a multiple of the {arch.kv_heads} KV heads")
+    if arch.intermediate_size is not None and arch.intermediate_size % t:
+        return Candidate(**cand, rejection=Rejection.MLP,
+                         rejected=f"does not divide the MLP width {arch.intermediate_size}")
     c = Candidate(**cand)
     if c.need_bytes > c.usable_bytes:
         return Candidate(

@@ -47,6 +47,6 @@ def test_quantizing_after_lora_is_refused(hf_checkpoint_dir):
 
     ckpt = open_checkpoint(str(hf_checkpoint_dir))
     model = build_model(ckpt.config, load_state_dict(ckpt, torch.float32), torch.float32, torch.device("cpu"), 64)
-    apply_lora(model, ckpt.config.num_layers, LoraState(1, 4, get_lora_ops("torch", torch.device("cpu")), torch.device("cpu")))
+    apply_lora(model, ckpt.config.num_layers, LoraState(1, 4, get_lora_ops("torch", torch.device("cpu")), torch.device("cpu"), torch.float32))
     with pytest.raises(ValueError, match="quantize before the LoRA pass"):
         quantize_int8(model, torch.float32)

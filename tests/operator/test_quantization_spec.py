@@ -18,7 +18,8 @@ def _spec(quantization: str) -> LLMDeploymentSpec:
 def test_int8_weights_are_sized_at_one_byte_and_rendered():
     plain, int8 = plan_for(_spec("none")), plan_for(_spec("int8"))
     params = plain.request.architecture.parameters
-    assert plain.chosen.weights_bytes == 2 * params and int8.chosen.weights_bytes == params
+    table = 128256 * 4096  # the embedding stays bfloat16 under int8 (the untied head is int8)
+    assert plain.chosen.weights_bytes == 2 * params and int8.chosen.weights_bytes == params + table
     assert int8.request.kv_bytes_per_token == plain.request.kv_bytes_per_token, "KV stays bfloat16"
     cfg = engine_config(_spec("int8"), "llama", int8, NO_SOURCES)
     assert cfg.quantization == "int8" and cfg.kv_cache_dtype == "bfloat16"
