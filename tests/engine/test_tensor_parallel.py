@@ -102,3 +102,19 @@ def test_one_worker_process_at_tp1_gives_the_same_tokens(engine_llm, prompt_ids,
     finally:
         llm.engine.shutdown()
     assert llm.engine.failure is None
+
+
+def test_grammar_rows_at_tp3_give_the_tp1_json(tp3_llm, engine_llm):
+    """The grammar's token bitmask travels in the ForwardBatch to rank 0, which samples."""
+    import json
+
+    from llmop.engine.grammar.spec import GrammarSpec
+
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                               "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+              "required": ["name", "age"], "additionalProperties": False}
+    params = SamplingParams(max_tokens=60, temperature=0.0, grammar=GrammarSpec.json_schema(schema))
+    prompts = ["Describe a person as JSON:", "A JSON record of a sailor:"]
+    got = [o.text for o in tp3_llm.generate(prompts, params)]
+    assert got == [o.text for o in engine_llm.generate(prompts, params)]
+    assert all(set(json.loads(t)) == {"name", "age"} for t in got)
