@@ -26,6 +26,8 @@ from llmop.engine.sampling_params import SamplingParams
 
 log = logging.getLogger("llmop.engine.async")
 
+IDLE_WAIT_S = 0.01  # between steps that computed nothing
+
 
 @dataclass(frozen=True)
 class _Add:
@@ -169,7 +171,14 @@ class AsyncEngine:
         while not self._stop.is_set():
             try:
                 # Block while idle; otherwise take whatever arrived since the last step.
-                cmd = self._inbox.get() if not eng.has_unfinished() else self._inbox.get_nowait()
+                # After a step in which every request waited (an adapter loading, all slots pinned),
+                # wait a little for news instead of spinning on the GIL against the HTTP loop.
+                if not eng.has_unfinished():
+                    cmd = self._inbox.get()
+                elif eng.last_step_ran:
+                    cmd = self._inbox.get_nowait()
+                else:
+                    cmd = self._inbox.get(timeout=IDLE_WAIT_S)
                 if cmd is not None:
                     self._handle(cmd)
                     self.stats = eng.stats()

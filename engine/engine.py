@@ -90,6 +90,7 @@ class LLMEngine:
         self.vocab_size = mcfg.vocab_size
         self._tracked: dict[str, _Tracked] = {}
         self.last_batch: ForwardBatch | None = None
+        self.last_step_ran = False  # the last step computed something (False: every request waited)
         self.grammars = GrammarCompiler(self.tokenizer, mcfg.vocab_size)
         # Requests whose grammar is still compiling (on the compiler's threads): they join the
         # scheduler when it is ready, so they wait without holding up anyone else.
@@ -106,7 +107,7 @@ class LLMEngine:
         )
         self.speculator = Speculator(config.speculative, self.max_model_len)
         for a in config.adapters:
-            self.lora.add(a.name, a.source, a.pinned)
+            self.lora.add_configured(a.name, a.source, a.pinned)
         self.load_seconds = time.monotonic() - t0
         for info in self.executor.describe():
             log.info("rank %d (pid %d, %s): %s weights%s, %d of %d attention heads, %d of %d KV heads, "
@@ -271,6 +272,7 @@ class LLMEngine:
         self.speculator.propose(self.scheduler.running)
         out = self.scheduler.schedule()
         failed = compiled + self._fail_unservable()
+        self.last_step_ran = not out.is_empty
         if out.is_empty:
             return failed
         batch = self._batch(out, sample=True)

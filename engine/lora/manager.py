@@ -93,6 +93,21 @@ class LoraManager:
         self.counters.setdefault(name, AdapterCounters())
         return info
 
+    def add_configured(self, name: str, source: str, pinned: bool = False) -> None:
+        """Register an adapter from the engine config at start-up. One tenant's bad adapter (unreadable,
+        too large, one pin too many) must not stop the engine for everyone: it is logged and left
+        FAILED with its reason (`/v1/adapters` shows it; its requests get a 400 naming it)."""
+        try:
+            self.add(name, source, pinned)
+        except ValueError as err:  # AdapterError, AdapterConflict
+            log.error("adapter %r from the config is not served: %s", name, err)
+            if name not in self.registry:
+                self.registry.begin(name, source, pinned=False)
+                self.registry.fail(name, str(err))
+                self.registry.take_failed()
+            self.counters.setdefault(name, AdapterCounters())
+            self._refresh()
+
     def begin_load(self, name: str, source: str, pinned: bool = False) -> None:
         """Register in state LOADING; the caller reads (`read`) and then calls finish/fail_load."""
         self._require()
