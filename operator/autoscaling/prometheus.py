@@ -25,7 +25,8 @@ def default_selector(pod_label: str, names: list[str]) -> str:
 
 
 def queries(selector: str, pod_label: str, window: int) -> dict[str, str]:
-    """The four instant queries, each `sum`/`max by (pod_label)`."""
+    """The instant queries, each `sum`/`max by (pod_label)`; `waiting_start` is the waiting gauge
+    one window ago (`offset`), which capacity learning and the demand forecast need."""
     sel = "{" + selector + "}"
     by = f"by ({pod_label})"
     return {
@@ -33,6 +34,7 @@ def queries(selector: str, pod_label: str, window: int) -> dict[str, str]:
         "count": f"sum {by} (increase({QUEUE_TIME}_count{sel}[{window}s]))",
         "age": f"max {by} ({OLDEST_AGE}{sel})",
         "waiting": f"sum {by} ({WAITING}{sel})",
+        "waiting_start": f"sum {by} ({WAITING}{sel} offset {window}s)",
         "running": f"sum {by} ({RUNNING}{sel})",
     }
 
@@ -62,6 +64,7 @@ def samples_from_vectors(targets: list[Target], vectors: dict[str, dict[str, flo
             window_seconds=window,
             oldest_waiting_age=vectors["age"].get(t.name),
             waiting=vectors["waiting"].get(t.name),
+            waiting_start=vectors.get("waiting_start", {}).get(t.name),
             running=vectors["running"].get(t.name),
         ))
     return tuple(out)

@@ -105,9 +105,13 @@ def test_prometheus_vectors_join_with_targets():
         "age": parse_vector(vector({"a": 0.1}), "pod"),
         "waiting": parse_vector(vector({"a": 2}), "pod"),
         "running": parse_vector(vector({}), "pod"),
+        "waiting_start": parse_vector(vector({"a": 5}), "pod"),
     }
     a, b = samples_from_vectors([Target("a", "", True), Target("b", "", True)], vectors, 60)
     assert a.mean_queue_wait == pytest.approx(0.3) and a.admission_rate == pytest.approx(20 / 60)
+    # The waiting gauge a window ago: without it the demand forecast and capacity learning were off.
+    assert a.waiting_start == 5 and a.saturated_throughout
+    assert a.demand_rate == pytest.approx(max(0.0, 20 / 60 + (2 - 5) / 60) + 2 / (2 * 60))
     assert not b.scraped
 
 
@@ -116,3 +120,4 @@ def test_queries_are_windowed_increases_by_pod():
     assert q["count"] == ('sum by (pod) (increase(llmop_request_queue_time_seconds_count'
                           '{pod=~"a|b"}[60s]))')
     assert q["age"].startswith("max by (pod) (llmop_oldest_waiting_request_age_seconds")
+    assert q["waiting_start"] == 'sum by (pod) (llmop_num_requests_waiting{pod=~"a|b"} offset 60s)'
