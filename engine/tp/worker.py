@@ -25,6 +25,8 @@ def worker_main(conn, config, rank: int, size: int, init_method: str, kv_dtype, 
         group = None
         if size > 1:
             backend = "nccl" if torch.cuda.is_available() and config.device != "cpu" else "gloo"
+            if backend == "nccl":
+                torch.cuda.set_device(rank)  # before the group: NCCL binds each rank to its current device
             torch.distributed.init_process_group(backend, init_method=init_method, rank=rank, world_size=size)
             group = torch.distributed.group.WORLD
         runner = ModelRunner(config, RankShard(rank, size), kv_dtype, eos_ids, group)
