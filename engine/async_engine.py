@@ -6,8 +6,8 @@ with `call_soon_threadsafe`. So submitting from many coroutines (or threads) is 
 request whose consumer goes away is aborted and freed within one step.
 
 When the engine can no longer step (a worker process died or hung: `LLMEngine.failure`), the loop
-ends every request with an error and stops, and refuses whatever arrives later, so `/health`
-turns unhealthy and no request waits forever.
+ends every request with an error and stays up only to answer whatever arrives later with that
+error, so `/health` turns unhealthy and no request waits forever.
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ class AsyncEngine:
                        arrival_time: float | None = None, cache_salt: str | None = None,
                        share_prompt_with: str | None = None) -> AsyncIterator[RequestOutput]:
         """Stream the request's outputs; leaving the iteration early aborts the request."""
-        if not self.is_running and self._thread.ident is not None:
-            raise RuntimeError(f"the engine is not running: {self.engine.failure or 'stopped'}")
+        if self._stop.is_set():
+            raise RuntimeError("the engine is shut down")
         sink = _Sink(asyncio.get_running_loop())
         self._inbox.put(_Add(request_id, list(prompt_token_ids), params, priority, adapter,
                              arrival_time or time.monotonic(), sink, cache_salt, share_prompt_with))
@@ -169,6 +169,13 @@ class AsyncEngine:
     def _loop(self) -> None:
         eng = self.engine
         while not self._stop.is_set():
+            if eng.failure is not None:  # failed for good: answer, never step
+                if self._sinks:
+                    self._fail_all()
+                cmd = self._inbox.get()
+                if cmd is not None:
+                    self._refuse(cmd)
+                continue
             try:
                 # Block while idle; otherwise take whatever arrived since the last step.
                 # After a step in which every request waited (an adapter loading, all slots pinned),
@@ -191,8 +198,6 @@ class AsyncEngine:
             except Exception:
                 log.exception("engine step failed; aborting the running requests")
                 self._fail_all()
-                if eng.failure is not None:
-                    break  # the executor is gone: nothing can step again
                 continue
             self.num_steps += 1
             self.stats = eng.stats()
@@ -205,19 +210,11 @@ class AsyncEngine:
             if self.on_step is not None:
                 self.on_step(eng, outputs)
         self.stats = eng.stats()
-        if eng.failure is not None:
-            self._refuse_inbox()
 
-    def _refuse_inbox(self) -> None:
-        """After a failure: whatever is still queued gets the error, not silence."""
-        error = RuntimeError(f"the engine is not running: {self.engine.failure}")
-        while True:
-            try:
-                cmd = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(cmd, (_Add, _Call)):
-                cmd.sink.put(error)
+    def _refuse(self, cmd) -> None:
+        """After a failure: a command gets the error, not silence."""
+        if isinstance(cmd, (_Add, _Call)):
+            cmd.sink.put(RuntimeError(f"the engine is not running: {self.engine.failure}"))
 
     def _fail_all(self) -> None:
         why = self.engine.failure or "engine step failed"

@@ -83,10 +83,14 @@ class LLMEngine:
         self.tokenizer = TextTokenizer(self.checkpoint)
         self.executor: Executor = build_executor(config, self.kv_dtype, self.tokenizer.eos_token_ids)
         try:
-            self._plan_kv(mcfg)
+            self._start(config, mcfg, t0)
         except BaseException:
-            self.executor.shutdown()
+            self.executor.shutdown()  # no worker process outlives a failed start
             raise
+
+    def _start(self, config: EngineConfig, mcfg, t0: float) -> None:
+        """Everything after the executor exists: KV plan, scheduler, LoRA, grammars."""
+        self._plan_kv(mcfg)
         self.vocab_size = mcfg.vocab_size
         self._tracked: dict[str, _Tracked] = {}
         self.last_batch: ForwardBatch | None = None
@@ -306,8 +310,7 @@ class LLMEngine:
             n = len(r.output_token_ids)
             for j in range(k + 1):
                 rows.append(SampleRow(p, n + j, *history, block_eos=n + j < p.min_tokens,
-                                      token_bitmask=masks.get(id(t)),
-                                      draft_token=r.spec_token_ids[j] if j < k else None))
+                                      token_bitmask=masks.get(id(t))))
         return rows
 
     def _postprocess(self, t: _Tracked, tokens: list[tuple[int, object]], now: float) -> RequestOutput:

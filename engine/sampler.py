@@ -5,13 +5,6 @@ batch as tensors. A seeded request draws token i from a generator seeded by (see
 does not depend on what else is in the batch, nor on which process samples it (a row carries no
 state between steps); unseeded rows share the sampling rank's generator.
 
-A row may carry a proposed (speculative) token `draft_token`, proposed with probability 1 (n-gram
-lookup). Greedy rows just take the argmax (the engine accepts the proposal when they agree). A
-sampled row accepts it with probability p(draft) under the row's filtered distribution p, and on
-rejection draws from p with the draft removed (renormalized): P(x) = p(draft)[x = draft] +
-(1 - p(draft)) p(x) / (1 - p(draft)) [x != draft] = p(x), so the output is distributed exactly as
-without speculation. The engine reads "accepted" as "the sampled token equals the draft".
-
 Grammar rows carry a packed token bitmask (bit t % 32 of word t // 32: token t allowed), filled by
 their matcher on the engine thread; `apply_token_bitmask` is applied where sampling happens.
 """
@@ -36,7 +29,6 @@ class SampleRow:
     output_token_ids: Sequence[int] = ()
     block_eos: bool = False  # min_tokens not reached: EOS and stop ids may not be sampled
     token_bitmask: torch.Tensor | None = None  # [ceil(vocab / 32)] int32: the grammar's allowed tokens
-    draft_token: int | None = None  # a proposed token this row verifies (see the module docstring)
 
     def generator(self) -> torch.Generator | None:
         """The seeded request's generator for this token, else None."""
@@ -153,16 +145,7 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], eos_ids: Sequence[in
         for i, row in enumerate(rows):
             if row.params.greedy:
                 continue
-            gen = row.generator() or generator
-            if row.draft_token is not None:
-                d = row.draft_token
-                if float(torch.rand((), generator=gen)) < float(probs[i, d]):
-                    noise[i].fill_(1.0)
-                    probs[i].zero_()
-                    probs[i, d] = 1.0  # accepted
-                    continue
-                probs[i, d] = 0.0  # rejected: draw from the rest
-            noise[i].exponential_(generator=gen)
+            noise[i].exponential_(generator=row.generator() or generator)
         sampled = (probs / noise).argmax(dim=-1)
         tokens = torch.where(greedy, tokens, sampled)
 

@@ -149,9 +149,6 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             n = min(req.num_uncomputed_tokens, budget)
-            k = min(len(req.spec_token_ids), budget - n) if n == req.num_uncomputed_tokens else 0
-            if k and not self.blocks.can_hold(req.request_id, req.num_computed_tokens + n + k):
-                k = 0  # proposals never cost anyone else their blocks
             while not self.blocks.can_hold(req.request_id, req.num_computed_tokens + n):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -159,10 +156,10 @@ class Scheduler:
                 if victim is req:
                     break
             else:
-                self.blocks.grow(req.request_id, req.num_computed_tokens + n + k)
-                chunks.append(ScheduledChunk(req, req.num_computed_tokens, n + k, k))
+                self.blocks.grow(req.request_id, req.num_computed_tokens + n)
+                chunks.append(ScheduledChunk(req, req.num_computed_tokens, n))
                 scheduled_ids.add(req.request_id)
-                budget -= n + k
+                budget -= n
                 i += 1
                 continue
             # `req` itself was preempted; the loop index now points at the next request.
@@ -189,6 +186,16 @@ class Scheduler:
                 self.running.append(req)
                 chunks.append(ScheduledChunk(req, req.num_computed_tokens, n))
                 budget -= n
+
+        # 3. Proposed (speculative) tokens, last: only from the budget and blocks nobody else took.
+        for j, c in enumerate(chunks):
+            req = c.request
+            k = min(len(req.spec_token_ids), budget)
+            if not k or not c.completes or not self.blocks.can_hold(req.request_id, c.start + c.num_tokens + k):
+                continue
+            self.blocks.grow(req.request_id, c.start + c.num_tokens + k)
+            chunks[j] = ScheduledChunk(req, c.start, c.num_tokens + k, k)
+            budget -= k
         return SchedulerOutput(tuple(chunks), tuple(preempted), tuple(copies))
 
     def _preempt(self, req: Request) -> None:

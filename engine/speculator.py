@@ -2,11 +2,15 @@
 
 Before `schedule()`, each eligible running request gets up to `num_tokens` proposed tokens
 (`spec_token_ids`, n-gram prompt lookup); the scheduler adds them to the request's decode chunk
-when the token budget and blocks allow, and the forward pass computes logits at every proposed
-position plus the bonus one. After the step the sampler's token at each position (greedy, or
-rejection sampling: see `sampler`) is compared with the proposal: tokens are emitted up to and
-including the first disagreement (or the bonus token when all agree), and the rejected positions'
-KV is dropped (`Scheduler.commit(rejected=...)`), so the output is exactly the target's.
+with the budget and blocks left after every other request (proposals never cost anyone their
+tokens or blocks), and the forward pass computes logits at every proposed position plus the bonus
+one. After the step the target's token at each position, sampled exactly as without speculation
+(the same seeded generator per output index), is compared with the proposal: tokens are emitted up
+to and including the first disagreement (or the bonus token when all agree), and the rejected
+positions' KV is dropped (`Scheduler.commit(rejected=...)`). An n-gram proposal puts probability 1
+on its token, so rejection sampling reduces to exactly this: accept when the target's own sample
+equals it. The output, greedy or seeded, is token for token what it would be without speculation
+(a draft model's proposals would need min(1, p/q) acceptance and a residual draw).
 
 Speculation stays off in steps with more than `max_batch_size` running requests (decode there is
 already batched), for requests with a grammar or penalties (their per-token state is not

@@ -10,9 +10,11 @@ credit while away. Implements the scheduler's `WaitingQueue` protocol; `eligible
 policy it is built with (the distinct-adapter limit, adapters in host memory), plus `charge`.
 
 When the adapter whose turn it is waits for a slot (all `max_loras` are held by running adapters),
-no other adapter's request is admitted until one frees, only base-model requests: admitting more
-requests of the running adapters would keep their slots busy for ever, and the adapter whose turn
-it is would wait for the whole flood (found by tests/engine/test_scheduler_properties.py).
+only requests that hold no freeable slot are admitted until one frees (the base model, pinned
+adapters): admitting more requests of the running adapters would keep their slots busy for ever,
+and the adapter whose turn it is would wait for the whole flood (found by
+tests/engine/test_scheduler_properties.py). An adapter that can never get a slot (every slot pinned
+by others) does not wait for one: it is not ready, and holds nobody back.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ class Admission(enum.Enum):
     """The admission policy's answer for an adapter's waiting requests."""
 
     ADMIT = "admit"
+    ADMIT_SLOTLESS = "admit_slotless"  # holds no freeable slot (base model, pinned adapter): even behind a waiter
     WAIT_FOR_SLOT = "wait_for_slot"  # every slot is held by running adapters: others wait behind it
-    NOT_READY = "not_ready"  # not in host memory yet (being read): skipped, others may go first
+    NOT_READY = "not_ready"  # not in host memory yet, or no slot can ever free: skipped
 
 
 def within_adapter_limit(adapter: str | None, running: set[str], pinned_resident: set[str], max_loras: int) -> bool:
@@ -42,12 +45,15 @@ def within_adapter_limit(adapter: str | None, running: set[str], pinned_resident
 
 def slot_admission(adapter: str | None, running: set[str], pinned_resident: set[str], max_loras: int) -> Admission:
     """`within_adapter_limit` as an admission answer."""
-    ok = within_adapter_limit(adapter, running, pinned_resident, max_loras)
-    return Admission.ADMIT if ok else Admission.WAIT_FOR_SLOT
+    if adapter is None or adapter in pinned_resident:
+        return Admission.ADMIT_SLOTLESS
+    if within_adapter_limit(adapter, running, pinned_resident, max_loras):
+        return Admission.ADMIT
+    return Admission.NOT_READY if len(pinned_resident) >= max_loras else Admission.WAIT_FOR_SLOT
 
 
 class FairAdapterQueue:
-    def __init__(self, eligible: Callable[[str | None], Admission] = lambda a: Admission.ADMIT,
+    def __init__(self, eligible: Callable[[str | None], Admission] = lambda a: Admission.ADMIT_SLOTLESS,
                  prompt_weight: float = 1.0, output_weight: float = 2.0):
         self.eligible = eligible
         self.prompt_weight, self.output_weight = prompt_weight, output_weight
@@ -123,13 +129,11 @@ class FairAdapterQueue:
     def _pick(self):
         """Key of the eligible non-empty queue whose head goes first (priority, counter, arrival);
         `eligible` is asked in that order and only until one accepts. Behind an adapter that waits
-        for a slot, only the base model (key None) may go."""
+        for a slot, only requests holding no freeable slot may go."""
         slot_wait = False
         for a in self._order():
-            if slot_wait and a is not None:
-                continue
             answer = self.eligible(a)
-            if answer is Admission.ADMIT:
+            if answer is Admission.ADMIT_SLOTLESS or (answer is Admission.ADMIT and not slot_wait):
                 return a
             slot_wait |= answer is Admission.WAIT_FOR_SLOT
         return ...

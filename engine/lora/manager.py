@@ -156,6 +156,10 @@ class LoraManager:
             return
         if not self.servable(adapter):
             raise ValueError(self.unavailable_reason(adapter))
+        pinned = self.registry.pinned_resident()
+        if adapter not in pinned and len(pinned) >= self.registry.max_slots:
+            raise ValueError(f"adapter {adapter!r} cannot run: all {self.registry.max_slots} LoRA slots are "
+                             f"pinned by other adapters ({', '.join(sorted(pinned))})")
         self.counters.setdefault(adapter, AdapterCounters()).requests += 1
 
     # --- scheduling -------------------------------------------------------------------------------
@@ -169,7 +173,7 @@ class LoraManager:
         """The fair queue's admission policy: may a request of `adapter` start now? Within the
         distinct-adapter limit, and held in host memory (never reads from disk: see `prefetch`)."""
         if adapter is None:
-            return Admission.ADMIT
+            return Admission.ADMIT_SLOTLESS
         reg = self.registry
         if reg.state_of(adapter) not in (AdapterState.CPU, AdapterState.RESIDENT):
             return Admission.NOT_READY

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+from multiprocessing import connection
 import os
 import tempfile
 import threading
@@ -116,25 +117,31 @@ class MultiprocExecutor:
 
     def _gather(self, timeout: float, what: str) -> list:
         """Every rank's answer, in rank order; WorkerFailed (after stopping every worker) when one
-        dies, raises, or does not answer within `timeout` seconds."""
+        dies, raises, or does not answer within `timeout` seconds. All pipes are watched at once:
+        a rank that fails while the others wait in a collective is seen at once."""
         deadline = time.monotonic() + timeout
-        values = []
-        for rank, (c, p) in enumerate(zip(self.conns, self.procs)):
-            while not c.poll(0.05):
-                if self._failure is not None:
-                    raise WorkerFailed(self._failure)
-                if not p.is_alive():
+        values: dict[int, object] = {}
+        while len(values) < self.size:
+            if self._failure is not None:
+                raise WorkerFailed(self._failure)
+            pending = {self.conns[r]: r for r in range(self.size) if r not in values}
+            for c in connection.wait(list(pending), timeout=0.05):
+                rank, p = pending[c], self.procs[pending[c]]
+                try:
+                    status, value = c.recv()
+                except (EOFError, OSError):
+                    self._fail(f"worker process of rank {rank} (pid {p.pid}) closed its pipe during {what}")
+                if status != "ok":
+                    self._fail(f"rank {rank} failed during {what}:\n{value}")
+                values[rank] = value
+            for rank in pending.values():
+                p = self.procs[rank]
+                if rank not in values and not p.is_alive():
                     self._fail(f"worker process of rank {rank} (pid {p.pid}) exited with code {p.exitcode} during {what}")
-                if time.monotonic() > deadline:
-                    self._fail(f"rank {rank} (pid {p.pid}) did not answer {what} within {timeout:.0f} s")
-            try:
-                status, value = c.recv()
-            except (EOFError, OSError):
-                self._fail(f"worker process of rank {rank} (pid {p.pid}) closed its pipe during {what}")
-            if status != "ok":
-                self._fail(f"rank {rank} failed during {what}:\n{value}")
-            values.append(value)
-        return values
+            if time.monotonic() > deadline:
+                late = [r for r in range(self.size) if r not in values]
+                self._fail(f"rank {late[0]} (pid {self.procs[late[0]].pid}) did not answer {what} within {timeout:.0f} s")
+        return [values[r] for r in range(self.size)]
 
     def _fail(self, reason: str) -> None:
         with self._lock:

@@ -2,8 +2,9 @@
 
 Protocol: the core sends `(method, args)`; the worker answers `("ok", value)` or `("error",
 traceback)`. `stop`, or the core's end of the pipe closing (the core died), ends the worker, so no
-worker outlives its engine. SIGINT is ignored: the core decides when workers stop (a Ctrl-C in a
-terminal reaches the whole process group).
+worker outlives its engine; a rank left inside a collective by a dead core gives up after
+`worker_timeout_s` (the process group's timeout) and then sees the closed pipe. SIGINT is ignored:
+the core decides when workers stop (a Ctrl-C in a terminal reaches the whole process group).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import traceback
 
 def worker_main(conn, config, rank: int, size: int, init_method: str, kv_dtype, eos_ids, threads: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import datetime
+
     import torch
 
     from llmop.engine.model_runner import ModelRunner
@@ -27,7 +30,8 @@ def worker_main(conn, config, rank: int, size: int, init_method: str, kv_dtype, 
             backend = "nccl" if torch.cuda.is_available() and config.device != "cpu" else "gloo"
             if backend == "nccl":
                 torch.cuda.set_device(rank)  # before the group: NCCL binds each rank to its current device
-            torch.distributed.init_process_group(backend, init_method=init_method, rank=rank, world_size=size)
+            torch.distributed.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
+                                                 timeout=datetime.timedelta(seconds=config.worker_timeout_s))
             group = torch.distributed.group.WORLD
         runner = ModelRunner(config, RankShard(rank, size), kv_dtype, eos_ids, group)
     except BaseException:

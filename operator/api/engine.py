@@ -36,6 +36,9 @@ class SpeculativeSpec(CRDModel):
     max_batch_size: int = Field(
         8, ge=1, le=4096, description="Speculate only in steps with at most this many running requests."
     )
+    min_acceptance: float = Field(
+        0.1, ge=0.0, le=1.0, description="A request whose acceptance rate falls below this stops speculating."
+    )
 
 
 class EngineSpec(CRDModel):

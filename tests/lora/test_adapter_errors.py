@@ -103,18 +103,16 @@ def test_bad_adapters_in_the_config_do_not_stop_the_engine(hf_checkpoint_dir, ad
 
 def test_the_engine_thread_does_not_spin_while_every_request_waits(hf_checkpoint_dir, adapter_dirs, prompt_ids,
                                                                    lora_kit):
-    """The only slot is pinned, so a request for another adapter waits until its queue deadline; the
+    """A request for an adapter still loading waits (until the load ends or its queue deadline); the
     loop must wait for news between such steps, not run thousands of empty steps a second."""
     import asyncio
     import contextlib
 
     from llmop.engine.async_engine import AsyncEngine
-    from llmop.engine.config import AdapterSource
     from llmop.engine.engine import LLMEngine
 
-    eng = LLMEngine(lora_kit.engine_config(hf_checkpoint_dir, max_loras=1, adapters=[
-        AdapterSource(name="attn-r8", source=str(adapter_dirs["attn-r8"]), pinned=True),
-        AdapterSource(name="mlp-r16", source=str(adapter_dirs["mlp-r16"]))]))
+    eng = LLMEngine(lora_kit.engine_config(hf_checkpoint_dir, max_loras=1))
+    eng.lora.begin_load("mlp-r16", str(adapter_dirs["mlp-r16"]))  # LOADING until finish_load, never here
     loop = AsyncEngine(eng, queue_timeout_s=60)
     loop.start()
 

@@ -88,3 +88,13 @@ def test_at_most_max_loras_distinct_adapters_run_together():
     assert len(waits) == 28, "every request ran"
     assert all(len(s - {None}) <= 2 for s in per_step)
     assert any(None in s and len(s) == 3 for s in per_step), "base requests ride along with two adapters"
+
+
+def test_an_adapter_that_can_never_get_a_slot_holds_nobody_back():
+    """max_loras 1, held by pinned "p": a request of "a" can never run (the engine refuses it at
+    add_request); in the queue it must not block "p"'s requests behind it (it did, for ever)."""
+    q = FairAdapterQueue(lambda a: slot_admission(a, set(), {"p"}, 1))
+    first, later = request("a"), request("p")
+    q.push(first)
+    q.push(later)
+    assert q.peek() is later
