@@ -43,8 +43,9 @@ def merge_configs(base, override):
 REWRITE = "Rewrite the following Python code exactly, adding type hints:\n\n" + CODE + "\nRewritten code:\n"
 
 
-def step_in_turn(engines: dict, on_step=None) -> dict:
-    """Step every engine with work, one step each per round; per engine (tokens, seconds)."""
+def step_in_turn(engines: dict, on_outputs=None) -> dict:
+    """Step every engine with work, one step each per round; per engine (tokens, seconds).
+    `on_outputs(name, outputs)` sees every step's outputs."""
     totals = {n: [0, 0.0] for n in engines}
     while any(e.has_unfinished() for e in engines.values()):
         for n, e in engines.items():
@@ -53,6 +54,8 @@ def step_in_turn(engines: dict, on_step=None) -> dict:
                 outs = e.step()
                 totals[n][1] += time.perf_counter() - t0
                 totals[n][0] += sum(len(o.new_token_ids) for o in outs)
+                if on_outputs is not None:
+                    on_outputs(n, outs)
     return {n: tuple(v) for n, v in totals.items()}
 
 
@@ -76,21 +79,11 @@ def main() -> None:
         e.add_request(f"{n}-warm", ids[:16], SamplingParams(max_tokens=4, temperature=0.0))
         while e.has_unfinished():
             e.step()
-    single = {}
     for n, e in engines.items():
         e.add_request("single", ids, greedy)
         out = e.step()  # prefill + first token
         texts[n] = list(out[0].new_token_ids)
-    decode = {n: [0, 0.0] for n in engines}
-    while any(e.has_unfinished() for e in engines.values()):
-        for n, e in engines.items():
-            if e.has_unfinished():
-                t0 = time.perf_counter()
-                outs = e.step()
-                decode[n][1] += time.perf_counter() - t0
-                for o in outs:
-                    decode[n][0] += len(o.new_token_ids)
-                    texts[n] += list(o.new_token_ids)
+    decode = step_in_turn(engines, lambda n, outs: texts[n].extend(t for o in outs for t in o.new_token_ids))
     c = engines["ngram"].speculator.counters
     single = {n: round(tok / sec, 2) for n, (tok, sec) in decode.items()}
     result = {"threads": args.threads, "dtype": str(engines["off"].dtype).removeprefix("torch."),
