@@ -29,9 +29,9 @@ class SpeculativeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     method: Literal["ngram"] = Field("ngram", description="ngram: prompt lookup in the request's own tokens")
     num_tokens: int = Field(4, ge=1, le=16, description="Tokens proposed per request and step")
-    ngram_min: int = Field(2, ge=1, description="Shortest suffix looked up")
-    ngram_max: int = Field(4, ge=1, description="Longest suffix looked up")
-    max_batch_size: int = Field(8, ge=1, description="Speculate only in steps with at most this many running requests")
+    ngram_min: int = Field(2, ge=1, le=64, description="Shortest suffix looked up")
+    ngram_max: int = Field(4, ge=1, le=64, description="Longest suffix looked up")
+    max_batch_size: int = Field(8, ge=1, le=4096, description="Speculate only in steps with at most this many running requests")
     min_acceptance: float = Field(
         0.1, ge=0.0, le=1.0, description="A request whose acceptance rate falls below this (after 16 proposed "
         "tokens) stops speculating")

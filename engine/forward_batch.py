@@ -76,8 +76,8 @@ def build_forward_batch(chunks: Sequence, tables: Mapping[str, Sequence[int]], b
         seq_tables.append(tuple(table))
         seq_lens.append(end)
         q_lens.append(c.num_tokens)
-        spec = getattr(c, "num_spec", 0)  # a speculative chunk verifies its proposals: k + 1 rows
-        wanted = range(first, len(ids)) if all_logits else (range(len(ids) - 1 - spec, len(ids)) if c.completes else [])
+        # A chunk with proposals verifies them: its last num_spec + 1 rows.
+        wanted = range(first, len(ids)) if all_logits else (range(len(ids) - 1 - c.num_spec, len(ids)) if c.completes else [])
         rows.extend(wanted)
         row_requests.extend([rid] * len(wanted))
     if sample_rows and len(sample_rows) != len(rows):

@@ -82,10 +82,16 @@ class Request:
 
     def token_slice(self, start: int, end: int) -> list[int]:
         """Tokens [start, end); past `num_tokens` come the proposed (speculative) tokens."""
-        p = len(self.prompt_token_ids)
-        if end <= p:
-            return self.prompt_token_ids[start:end]
-        return (self.prompt_token_ids + self.output_token_ids + self.spec_token_ids)[start:end]
+        out: list[int] = []
+        offset = 0  # each part sliced where [start, end) overlaps it: a decode never copies the prompt
+        for part in (self.prompt_token_ids, self.output_token_ids, self.spec_token_ids):
+            lo, hi = max(start - offset, 0), min(end - offset, len(part))
+            if lo < hi:
+                out.extend(part[lo:hi])
+            offset += len(part)
+            if offset >= end:
+                break
+        return out
 
     @property
     def is_finished(self) -> bool:

@@ -143,9 +143,8 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], eos_ids: Sequence[in
         # generator, so its draw never depends on the other rows.
         noise = torch.empty_like(probs)
         for i, row in enumerate(rows):
-            if row.params.greedy:
-                continue
-            noise[i].exponential_(generator=row.generator() or generator)
+            if not row.params.greedy:
+                noise[i].exponential_(generator=row.generator() or generator)
         sampled = (probs / noise).argmax(dim=-1)
         tokens = torch.where(greedy, tokens, sampled)
 

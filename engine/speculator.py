@@ -38,14 +38,13 @@ class SpeculationCounters:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     accepted_by_position: list[int] = field(default_factory=list)
-    proposed_by_position: list[int] = field(default_factory=list)
 
 
 class Speculator:
     def __init__(self, config: SpeculativeConfig | None, max_model_len: int):
         self.config, self.max_model_len = config, max_model_len
         k = config.num_tokens if config is not None else 0
-        self.counters = SpeculationCounters(accepted_by_position=[0] * k, proposed_by_position=[0] * k)
+        self.counters = SpeculationCounters(accepted_by_position=[0] * k)
 
     def propose(self, running: Sequence[Request]) -> None:
         """Set (or clear) every running request's proposals for the next step."""
@@ -100,11 +99,7 @@ class Speculator:
         n.drafts += 1
         n.draft_tokens += k
         n.accepted_tokens += accepted
-        while len(n.proposed_by_position) < k:
-            n.proposed_by_position.append(0)
-            n.accepted_by_position.append(0)
-        for j in range(k):
-            n.proposed_by_position[j] += 1
-            n.accepted_by_position[j] += int(j < accepted)
+        for j in range(accepted):  # k <= num_tokens, the list's length
+            n.accepted_by_position[j] += 1
         r.num_spec_proposed += k
         r.num_spec_accepted += accepted

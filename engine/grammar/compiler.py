@@ -58,7 +58,8 @@ def tokenizer_info(tokenizer: TextTokenizer, vocab_size: int):
 
 
 def _ebnf_choice(options: list[str]) -> str:
-    # JSON string literals are valid EBNF string literals in xgrammar (\" \\ \n \uXXXX escapes).
+    # A JSON string literal is also a valid xgrammar EBNF string literal: both escape quotes,
+    # backslashes, newlines and code points (a backslash-u and four hex digits) the same way.
     return "root ::= " + " | ".join(json.dumps(o, ensure_ascii=False) for o in options)
 
 

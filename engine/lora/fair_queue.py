@@ -43,13 +43,18 @@ def within_adapter_limit(adapter: str | None, running: set[str], pinned_resident
     return len(running | pinned_resident) < max_loras
 
 
+def pinned_out(adapter: str | None, pinned_resident: set[str], max_loras: int) -> bool:
+    """Every slot is pinned by other adapters: a request of `adapter` can never run."""
+    return adapter is not None and adapter not in pinned_resident and len(pinned_resident) >= max_loras
+
+
 def slot_admission(adapter: str | None, running: set[str], pinned_resident: set[str], max_loras: int) -> Admission:
     """`within_adapter_limit` as an admission answer."""
     if adapter is None or adapter in pinned_resident:
         return Admission.ADMIT_SLOTLESS
     if within_adapter_limit(adapter, running, pinned_resident, max_loras):
         return Admission.ADMIT
-    return Admission.NOT_READY if len(pinned_resident) >= max_loras else Admission.WAIT_FOR_SLOT
+    return Admission.NOT_READY if pinned_out(adapter, pinned_resident, max_loras) else Admission.WAIT_FOR_SLOT
 
 
 class FairAdapterQueue:

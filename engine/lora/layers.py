@@ -1,8 +1,8 @@
 """The LoRA pass: replace the model's linear layers with LoRA-aware ones reading stacked slots.
 
 Each replaced layer wraps its base layer (a float `Linear`, or an `Int8Linear`: LoRA runs beside
-quantized weights, in the activations' dtype) and owns, per adapter slot, `lora_a [slots, max_rank, in]` and `lora_b_t [slots, max_rank, out]` on the device
-(zero-padded). The kernels take B as `[slots, out, rank]` with any strides; storing it rank-major
+quantized weights, in the activations' dtype) and owns, per adapter slot, `lora_a [slots,
+max_rank, in]` and `lora_b_t [slots, max_rank, out]` on the device (zero-padded). The kernels take B as `[slots, out, rank]` with any strides; storing it rank-major
 (a transposed view for the kernels) lets the CPU's batched expand read whole rows: ~2x faster per
 call with the weights in cache, 13-16% less time for a step's worth of LoRA layers at 16-32
 adapters measured outside the engine. All layers

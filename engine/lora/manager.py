@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from llmop.engine.forward_batch import LoraMapping, SlotLoad
-from llmop.engine.lora.fair_queue import Admission, FairAdapterQueue, slot_admission
+from llmop.engine.lora.fair_queue import Admission, FairAdapterQueue, pinned_out, slot_admission
 from llmop.engine.lora.peft_adapter import LoraAdapter, load_peft_adapter
 from llmop.engine.lora.registry import AdapterInfo, AdapterNotFound, AdapterRegistry, AdapterState
 
@@ -157,7 +157,7 @@ class LoraManager:
         if not self.servable(adapter):
             raise ValueError(self.unavailable_reason(adapter))
         pinned = self.registry.pinned_resident()
-        if adapter not in pinned and len(pinned) >= self.registry.max_slots:
+        if pinned_out(adapter, pinned, self.registry.max_slots):
             raise ValueError(f"adapter {adapter!r} cannot run: all {self.registry.max_slots} LoRA slots are "
                              f"pinned by other adapters ({', '.join(sorted(pinned))})")
         self.counters.setdefault(adapter, AdapterCounters()).requests += 1

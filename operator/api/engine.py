@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import Field
 
+from llmop.engine.config import SpeculativeConfig
 from llmop.operator.api.base import CRDModel
 
 ResourceMap = dict[str, str]
@@ -25,20 +26,10 @@ class ResourcesSpec(CRDModel):
     limits: ResourceMap = Field(default_factory=dict, description="Resource limits, e.g. {memory: 64Gi}.")
 
 
-class SpeculativeSpec(CRDModel):
-    """Speculative decoding: the engine proposes tokens and verifies them in one forward pass; the
-    output is exactly what it would be without (engine config `speculative`)."""
-
-    method: str = Field("ngram", pattern="^ngram$", description="ngram: prompt lookup in the request's own tokens.")
-    num_tokens: int = Field(4, ge=1, le=16, description="Tokens proposed per request and step.")
-    ngram_min: int = Field(2, ge=1, le=64, description="Shortest suffix looked up.")
-    ngram_max: int = Field(4, ge=1, le=64, description="Longest suffix looked up.")
-    max_batch_size: int = Field(
-        8, ge=1, le=4096, description="Speculate only in steps with at most this many running requests."
-    )
-    min_acceptance: float = Field(
-        0.1, ge=0.0, le=1.0, description="A request whose acceptance rate falls below this stops speculating."
-    )
+class SpeculativeSpec(SpeculativeConfig, CRDModel):
+    """Speculative decoding (the engine config's `speculative`, same fields and checks, camelCase):
+    the engine proposes tokens and verifies them in one forward pass; the output is exactly what it
+    would be without."""
 
 
 class EngineSpec(CRDModel):
