@@ -28,9 +28,12 @@ venv: $(STAMP)
 k8s-bins: venv
 	$(BIN)/llmop dev-cluster build
 
-# Debian's Prometheus, for the autoscaler's end-to-end test with the `prometheus` source.
+# From Debian's packages: Prometheus, for the autoscaler's end-to-end test with the `prometheus`
+# source; containerd, runc, the CNI plugins, buildah and debootstrap for the dev cluster's real node.
+NODE_PKGS := containerd runc containernetworking-plugins buildah debootstrap iptables conntrack
 system-deps:
 	@command -v prometheus >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus) || echo "prometheus not installed: its test will be skipped"
+	@dpkg -s $(NODE_PKGS) >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(NODE_PKGS))
 
 test: venv k8s-bins system-deps
 	# Tests run several engines and servers at once on small machines: one torch thread each.
@@ -54,7 +57,7 @@ cluster-up: k8s-bins
 cluster-down: venv
 	$(BIN)/llmop dev-cluster down
 
-demo: k8s-bins
+demo: k8s-bins system-deps
 	$(BIN)/python -m llmop.demo
 
 bench: venv

@@ -1,14 +1,16 @@
 """`make demo`: the whole product in one command, on this machine.
 
-1. start (or join) the local Kubernetes control plane built from Go modules (fake GPU nodes);
+1. start (or join) the local Kubernetes control plane built from Go modules (fake GPU nodes) and
+   its real node (containerd + kubelet + kube-proxy), with the engine image built and loaded;
 2. install the Helm chart and run the operator as the chart's ServiceAccount;
-3. apply examples/smollm2.yaml (the embedded model) and wait until it is Ready;
-4. show `kubectl get llmdeployments` and the sizing plan;
-5. run one real engine process with the config the pod got (`llmop serve --config FILE`) and send
-   it a chat request through the OpenAI API.
+3. apply examples/smollm2.yaml (the embedded model, on the CPU) and wait until it is Ready: its
+   engine pod passed its readiness probe;
+4. show `kubectl get llmdeployments`, the pod and the sizing plan;
+5. send a chat request through the OpenAI API to the LLMDeployment's Service.
 
-The fake nodes run no containers, so step 5 is where a real engine answers: locally, on the CPU,
-from the very ConfigMap the operator wrote (with the local overrides printed).
+Where the machine cannot run the real node (not root, no containerd), the demo says why and falls
+back to what it did before pods were real: the deployment on a kwok GPU node, and one engine
+process on this host started with the very config the pod got.
 """
 
 from __future__ import annotations
@@ -96,37 +98,79 @@ def chat_with_engine(config_yaml: str, model: str, workdir: Path) -> int:
         proc.wait(timeout=60)
 
 
+def chat_through_service(cluster, name: str, model: str) -> int:
+    """One chat request to the LLMDeployment's Service (ClusterIP, routed by kube-proxy)."""
+    from openai import OpenAI
+
+    svc = kubectl_json(cluster, "service", name, "-n", NAMESPACE)
+    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "http")
+    base = f"http://{svc['spec']['clusterIP']}:{port}/v1"
+    print(f"Service {name}: {base}")
+    t0 = time.monotonic()
+    reply = OpenAI(base_url=base, api_key="none").chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Say hello to Kubernetes in one sentence."}],
+        max_tokens=40, temperature=0,
+    )  # fmt: skip
+    print(f"chat completion in {time.monotonic() - t0:.2f}s: {reply.choices[0].message.content!r}")
+    return 0
+
+
+def real_node_image() -> str | None:
+    """Start the real node and load the engine image; None (and why) where this machine cannot."""
+    from llmop.devcluster import noderunner
+    from llmop.devcluster.testing import session_real_node
+
+    missing = noderunner.prerequisites()
+    if missing:
+        print("no real node on this machine (" + "; ".join(missing) + "): the engine pod goes to a kwok "
+              "node and a local engine process answers instead")  # fmt: skip
+        return None
+    return session_real_node().engine_image
+
+
 def main() -> int:
     from llmop.devcluster.testing import session_cluster
 
     with tempfile.TemporaryDirectory(prefix="llmop-demo-") as tmp, session_cluster() as cluster:
         work = Path(tmp)
+        step("the real node: containerd, kubelet, kube-proxy, and the engine image built from Dockerfile.engine")
+        image = real_node_image()
         step("install the Helm chart (CRD, ServiceAccount, RBAC, operator Deployment)")
         install_chart(cluster)
         step("run the operator as the chart's ServiceAccount")
-        operator = OperatorProcess(service_account_kubeconfig(cluster, work / "kubeconfig"), work / "operator.log")
+        env = {"LLMOP_ENGINE_IMAGE": image} if image else {}
+        operator = OperatorProcess(service_account_kubeconfig(cluster, work / "kubeconfig"), work / "operator.log", env)
         operator.start()
         try:
+            body = yaml.safe_load(EXAMPLE.read_text())
+            if image is None:
+                del body["spec"]["accelerator"]  # a (fake) GPU node instead of the real CPU node
             step(f"apply {EXAMPLE.relative_to(ROOT)} (the embedded SmolLM2-135M)")
             cluster.kubectl("create", "namespace", NAMESPACE, check=False)
-            print(cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(EXAMPLE)).stdout.strip())
-            name = yaml.safe_load(EXAMPLE.read_text())["metadata"]["name"]
+            print(cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump(body)).stdout.strip())
+            name = body["metadata"]["name"]
             t0 = time.monotonic()
             obj = eventually(
                 lambda: (d := kubectl_json(cluster, "llmd", name, "-n", NAMESPACE))
                 and (condition(d, "Ready") or {}).get("status") == "True" and d,
-                what=f"{name} Ready",
-            )
+                timeout=900, interval=2, what=f"{name} Ready",
+            )  # fmt: skip
             print(f"Ready after {time.monotonic() - t0:.1f}s")
-            step("kubectl get llmdeployments")
-            print(cluster.kubectl("get", "llmdeployments", "-n", NAMESPACE, "-o", "wide").stdout)
+            step("kubectl get llmdeployments,pods")
+            print(cluster.kubectl("get", "llmdeployments,pods", "-n", NAMESPACE, "-o", "wide").stdout)
             step("the sizing plan (llmop size -f examples/smollm2.yaml)")
             print(subprocess.run([sys.executable, "-m", "llmop.cli", "size", "-f", str(EXAMPLE)],
                                  capture_output=True, text=True).stdout)  # fmt: skip
             print(f"status.sizing.summary: {obj['status']['sizing']['summary']}")
+            if image is not None:
+                step("a chat request through the Service, answered by the engine pod")
+                return chat_through_service(cluster, name, obj["status"]["model"])
             step("one real engine process with the config the pod got, and a chat request")
             cm = kubectl_json(cluster, "configmap", f"{name}-engine", "-n", NAMESPACE)
             return chat_with_engine(cm["data"]["engine.yaml"], obj["status"]["model"], work)
+        except AssertionError as err:
+            print(f"{err}\noperator log:\n{operator.tail()}")
+            return 1
         finally:
             operator.stop()
 

@@ -41,6 +41,18 @@ def k8s_api(k8s_cluster):
     client.close()
 
 
+# real_node: the plane's real node (containerd + kubelet + kube-proxy, llmop.devcluster.noderunner)
+#   started once and the engine image built and loaded; has .engine_image. Needs root and Debian's
+#   containerd/runc/CNI plugins/buildah/debootstrap (`make system-deps`): fails, never skips.
+
+
+@pytest.fixture(scope="session")
+def real_node(k8s_cluster):
+    from llmop.devcluster.testing import session_real_node
+
+    return session_real_node()
+
+
 # ---- end dev cluster ----
 
 

@@ -67,6 +67,8 @@ class Component:
     # Binaries renamed after the build: (go's name, ours). Go names a binary after the last
     # path element that is not a major-version suffix, so etcd's server/v3 comes out as "server".
     renames: tuple[tuple[str, str], ...] = ()
+    # Only built when asked for: the real node's binaries (see `realnode`).
+    optional: bool = False
 
     @property
     def module_dir(self) -> Path:
@@ -98,6 +100,16 @@ COMPONENTS: tuple[Component, ...] = (
         ),
         ldflags=_kube_version_ldflags(KUBERNETES_VERSION),
         tags=("selinux", "notest"),
+    ),
+    # The real node: its own wrapper (same pins, plus the go.sum lines the kubelet's and
+    # kube-proxy's extra packages need), so adding it did not rebuild the control plane.
+    Component(
+        name="kubelet",
+        version=KUBERNETES_VERSION,
+        packages=("k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-proxy"),
+        ldflags=_kube_version_ldflags(KUBERNETES_VERSION),
+        tags=("selinux", "notest"),
+        optional=True,
     ),
     # The etcd binary's main package is the server module itself.
     Component(
@@ -190,8 +202,9 @@ def extra_file(name: str, root: Path | None = None) -> Path:
     raise KeyError(name)
 
 
-def build(root: Path | None = None, log=print) -> dict[str, float]:
-    """Build whatever is missing, one component at a time (never two Go builds at once).
+def build(root: Path | None = None, log=print, optional: bool = False) -> dict[str, float]:
+    """Build whatever is missing, one component at a time (never two Go builds at once);
+    the optional components (the real node's) only when `optional`.
 
     Returns seconds spent per component built; an empty dict means everything was cached.
     The output directory is filled under a temporary name and renamed when complete, so an
@@ -202,7 +215,7 @@ def build(root: Path | None = None, log=print) -> dict[str, float]:
     spent: dict[str, float] = {}
     for c in COMPONENTS:
         final = bin_dir(c, root)
-        if is_built(c, root):
+        if is_built(c, root) or (c.optional and not optional):
             continue
         if shutil.which("go") is None:
             raise RuntimeError("`go` is not on PATH; Go >= 1.26 is needed to build the control plane")

@@ -38,6 +38,12 @@ CLIENTS: tuple[ClientIdentity, ...] = (
     ClientIdentity("scheduler", "system:kube-scheduler"),
     # kwok plays every kubelet and patches node and pod status broadly.
     ClientIdentity("kwok", "kwok-controller", ("system:masters",)),
+    # The real node's kubelet and kube-proxy, bound to the bootstrap roles system:node and
+    # system:node-proxier when the node starts (realnode.node_rbac).
+    ClientIdentity("kubelet", "system:node:llmop-node-0", ("system:nodes",)),
+    ClientIdentity("kube-proxy", "system:kube-proxy"),
+    # The API server itself, calling the kubelet for logs and exec (the kubelet checks it with the CA).
+    ClientIdentity("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)),
 )
 
 
@@ -139,16 +145,24 @@ def make_keypair() -> tuple[bytes, bytes]:
 
 
 def ensure_pki(pki_dir: Path, service_ip: str) -> None:
-    """Write CA, API server serving cert, client certs and SA keys into pki_dir unless present."""
+    """Write CA, API server serving cert, client certs and SA keys into pki_dir unless present;
+    a complete directory only gains the client certificates added to CLIENTS since it was made."""
     pki_dir.mkdir(parents=True, exist_ok=True)
-    if (pki_dir / ".complete").exists():
-        return
 
     def write(name: str, data: bytes, private: bool = False) -> None:
         path = pki_dir / name
         path.write_bytes(data)
         if private:
             path.chmod(0o600)
+
+    if (pki_dir / ".complete").exists():
+        ca_cert, ca_key = (pki_dir / "ca.crt").read_bytes(), (pki_dir / "ca.key").read_bytes()
+        for client in CLIENTS:
+            if not (pki_dir / f"{client.file_stem}.crt").exists():
+                cert, key = make_leaf(ca_cert, ca_key, client.user, client.groups)
+                write(f"{client.file_stem}.key", key, private=True)
+                write(f"{client.file_stem}.crt", cert)
+        return
 
     ca_cert, ca_key = make_ca()
     write("ca.crt", ca_cert)

@@ -15,6 +15,9 @@ SERVICE_CIDR = "10.96.0.0/12"
 SERVICE_IP = "10.96.0.1"  # first address of SERVICE_CIDR: the `kubernetes` Service
 CLUSTER_NAME = "llmop-dev"
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+# The fake CPU node runs nothing: real CPU pods belong on the real node (realnode.py).
+FAKE_CPU_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
 
 
 @dataclass(frozen=True)
@@ -119,11 +122,18 @@ def apiserver_args(layout: Layout, ports: Ports) -> list[str]:
         f"--tls-cert-file={pki / 'apiserver.crt'}",
         f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",
+        # For `kubectl logs/exec` on the real node: the kubelet authenticates this certificate.
+        f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+        f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+        "--kubelet-preferred-address-types=InternalIP",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={pki / 'sa.pub'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--authorization-mode=RBAC",
+        # Pods that request nvidia.com/gpu tolerate the GPU nodes' taint without saying so, as on
+        # managed clusters; everything else stays off the (fake) GPU nodes.
+        "--enable-admission-plugins=ExtendedResourceToleration",
         "--allow-privileged=true",
         "--profiling=false",
         "--v=1",
@@ -288,14 +298,16 @@ def node_manifest(spec: NodeSpec) -> dict:
         "type": "kwok",
     }
     resources = {"cpu": spec.cpu, "memory": spec.memory, "pods": str(spec.pods), "ephemeral-storage": "1Ti"}
+    taint = FAKE_CPU_TAINT
     if spec.gpus:
         labels.update(gpu_labels(spec.gpus, spec.gpu))
         resources["nvidia.com/gpu"] = str(spec.gpus)
+        taint = GPU_TAINT
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": spec.name, "labels": labels, "annotations": {key: value}},
-        "spec": {},
+        "spec": {"taints": [dict(taint)]},
         "status": {
             "capacity": dict(resources),
             "allocatable": dict(resources),

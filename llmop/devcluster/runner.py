@@ -75,7 +75,7 @@ def _alive(path: Path) -> int | None:
 
 
 def _spawn(layout: Layout, proc: plane.Process) -> subprocess.Popen:
-    exe = components.binary(proc.binary)
+    exe = Path(proc.binary) if os.path.isabs(proc.binary) else components.binary(proc.binary)
     if not exe.exists():
         raise ClusterError(f"{exe} is missing; run `llmop dev-cluster build` first")
     log = open(layout.logs / f"{proc.name}.log", "wb")
@@ -94,28 +94,37 @@ def _spawn(layout: Layout, proc: plane.Process) -> subprocess.Popen:
     return child
 
 
+def _stop_one(pidfile: Path) -> bool:
+    """TERM the recorded process group, wait, KILL if it lingers; True if it was running."""
+    pid = _alive(pidfile)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while _alive(pidfile) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(pidfile) is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+    pidfile.unlink(missing_ok=True)
+    return pid is not None
+
+
 def _stop_all(layout: Layout) -> list[str]:
-    """Stop every recorded process group in reverse start order, one at a time: TERM, wait,
-    KILL if it lingers. One at a time because the API server's graceful shutdown stalls when
-    etcd vanishes under it (all at once took the full timeout)."""
+    """Stop the real node if it runs (its containers too), then every recorded process group in
+    reverse start order, one at a time. One at a time because the API server's graceful shutdown
+    stalls when etcd vanishes under it (all at once took the full timeout)."""
+    from . import noderunner
+
     stopped: list[str] = []
     if not layout.pids.exists():
         return stopped
+    stopped += noderunner.stop(layout)
     names = [p.name for p in plane.processes(layout, Ports())][::-1]
     files = [layout.pids / n for n in names] + sorted(set(layout.pids.iterdir()) - {layout.pids / n for n in names})
     for f in files:
-        pid = _alive(f)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while _alive(f) is not None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if _alive(f) is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+        if _stop_one(f):
             stopped.append(f.name)
-        f.unlink(missing_ok=True)
     return stopped
 
 

@@ -76,3 +76,23 @@ def session_cluster(report: Callable[[str], None] = print) -> Iterator[Cluster]:
     finally:
         if runner.release(layout):
             report("dev cluster: stopped")
+
+
+@dataclass(frozen=True)
+class RealNode:
+    """The plane's real node, with the engine image loaded into its containerd."""
+
+    name: str
+    engine_image: str
+
+
+def session_real_node(report: Callable[[str], None] = print) -> RealNode:
+    """Start the real node on the running plane (if it is not up) and load the engine image;
+    it stays until the plane stops."""
+    from . import images, noderunner, realnode
+
+    layout = runner.default_layout()
+    with runner.locked(layout):
+        noderunner.start(layout, log=report)
+        ref = noderunner.load_image(layout, images.ENGINE, report)
+    return RealNode(realnode.NODE_NAME, ref)

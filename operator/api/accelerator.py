@@ -2,13 +2,17 @@
 
 Sizing happens before scheduling, so the accelerator is described, not discovered: memory per
 GPU and GPUs per node bound the tensor-parallel size; the selector and tolerations place the pods.
+`type: cpu` runs the engine on CPU nodes (small models, development clusters): no extended
+resource is requested, no GPU toleration is added, and "memory per GPU" is the memory one
+engine rank may use.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from llmop.operator.api.base import CRDModel
 from llmop.operator.api.quantity import QUANTITY_PATTERN
@@ -28,12 +32,25 @@ class Toleration(CRDModel):
     )
 
 
-def _default_tolerations() -> list[Toleration]:
-    return [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
+GPU_TOLERATION = Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")
+
+
+class AcceleratorType(StrEnum):
+    """What an engine rank runs on; the pod's resources, tolerations and engine device follow."""
+
+    GPU = "gpu"
+    CPU = "cpu"
 
 
 class AcceleratorSpec(CRDModel):
-    """The GPUs engine pods run on."""
+    """The GPUs (or CPUs) engine pods run on."""
+
+    type: AcceleratorType = Field(
+        "gpu",
+        validate_default=True,
+        description="gpu (default): one extended resource per rank; cpu: the engine runs on the CPU "
+        "(no GPU requested, memoryPerGPU is the memory of one rank).",
+    )
 
     resource_name: str = Field(
         "nvidia.com/gpu",
@@ -66,7 +83,24 @@ class AcceleratorSpec(CRDModel):
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="Extra node labels the engine pods require."
     )
-    tolerations: list[Toleration] = Field(
-        default_factory=_default_tolerations,
-        description="Tolerations of the engine pods; by default the nvidia.com/gpu NoSchedule taint.",
+    tolerations: list[Toleration] | None = Field(
+        None,
+        description="Tolerations of the engine pods; unset: the nvidia.com/gpu NoSchedule taint for "
+        "type gpu, none for type cpu.",
     )
+
+    @model_validator(mode="after")
+    def _cpu_has_no_gpu_fields(self) -> "AcceleratorSpec":
+        if self.type is AcceleratorType.CPU and self.product:
+            raise ValueError("accelerator.product selects a GPU model: it cannot be set with type cpu")
+        return self
+
+    def pod_tolerations(self) -> list[Toleration]:
+        """The tolerations the engine pods get: the spec's, or the type's default."""
+        if self.tolerations is not None:
+            return list(self.tolerations)
+        return [GPU_TOLERATION] if self.type is AcceleratorType.GPU else []
+
+    def pod_resources(self, ranks: int) -> dict[str, str]:
+        """The extended resource one pod of `ranks` tensor-parallel ranks requests (none on CPU)."""
+        return {self.resource_name: str(ranks)} if self.type is AcceleratorType.GPU else {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from llmop.engine.config import AdapterSource, EngineConfig
+from llmop.operator.api.accelerator import AcceleratorType
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
 from llmop.operator.build.errors import SpecCondition, SpecError, SpecReason
 from llmop.operator.build.sources import Sources
@@ -29,6 +30,7 @@ OPERATOR_FIELDS = {
     "kv_cache_memory_bytes": "spec.kvCache (sizing)", "kv_cache_memory_fraction": "spec.kvCache (sizing)",
     "host": "(always 0.0.0.0)", "port": "spec.engine.port",
     "drain_timeout_s": "spec.engine.drainTimeoutSeconds", "adapters": "spec.adapters",
+    "device": "spec.accelerator.type",
 }  # fmt: skip
 
 
@@ -62,6 +64,8 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
             for a, path in zip(spec.adapters, sources.adapters)
         ],
     }
+    if spec.accelerator.type is AcceleratorType.CPU:
+        fields["device"] = "cpu"  # a GPU pod keeps "auto": CUDA where the node has it
     if engine.max_num_seqs is not None:
         fields["max_num_seqs"] = engine.max_num_seqs
     if engine.max_num_batched_tokens is not None:

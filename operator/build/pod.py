@@ -24,7 +24,7 @@ CONFIG_VOLUME = "engine-config"
 
 
 def _resources(spec: LLMDeploymentSpec, gpus: int) -> dict[str, Any]:
-    gpu = {spec.accelerator.resource_name: str(gpus)}
+    gpu = spec.accelerator.pod_resources(gpus)
     res = spec.engine.resources
     return {"requests": {**res.requests, **gpu}, "limits": {**res.limits, **gpu}}
 
@@ -76,8 +76,9 @@ def engine_pod_template(
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
             *sources.volumes(),
         ],
-        "tolerations": [t.wire() for t in acc.tolerations],
     }  # fmt: skip
+    if tolerations := acc.pod_tolerations():
+        pod["tolerations"] = [t.wire() for t in tolerations]
     if sources.init_containers:
         pod["initContainers"] = [dict(c) for c in sources.init_containers]
     if node_selector:

@@ -24,6 +24,8 @@ EXAMPLE = __import__("pathlib").Path(__file__).parents[2] / "examples" / "smollm
 def llmdeployment(name: str, metrics: dict) -> dict:
     body = yaml.safe_load(EXAMPLE.read_text())
     body["metadata"] = {"name": name}
+    # On a kwok GPU node: the engines here are host processes reached through metrics.targets.
+    del body["spec"]["accelerator"]
     body["spec"]["autoscaling"] = {
         "enabled": True, "minReplicas": 1, "maxReplicas": 3,
         "targetQueueWaitSeconds": 0.2, "intervalSeconds": 2, "metricWindowSeconds": 10,

@@ -164,7 +164,9 @@ def test_binary_names_follow_go_naming_and_renames():
     assert components.go_binary_name("helm.sh/helm/v4/cmd/helm") == "helm"
     names = [b for c in components.COMPONENTS for b in c.binaries]
     assert sorted(names) == sorted(
-        ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "helm"])
+        ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "helm",
+         "kubelet", "kube-proxy"])
+    assert [c.name for c in components.COMPONENTS if c.optional] == ["kubelet"]
 
 
 def test_cli_without_a_plane_says_so_and_fails(tmp_path, monkeypatch, capsys):

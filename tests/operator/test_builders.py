@@ -104,6 +104,28 @@ def test_accelerator_placement():
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 
+def test_cpu_accelerator_requests_no_gpu_and_runs_the_engine_on_the_cpu():
+    objs = objects({"accelerator": {"type": "cpu", "memoryPerGPU": "2Gi", "reservedMemory": "1Gi", "gpusPerNode": 1}})
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    (engine,) = pod["containers"]
+    assert not any("gpu" in k for k in {**engine["resources"]["requests"], **engine["resources"]["limits"]})
+    assert "tolerations" not in pod and "nodeSelector" not in pod
+    assert engine_config(objs).device == "cpu"
+    # A GPU pod leaves the device to the engine ("auto": CUDA where present).
+    assert engine_config(objects()).device == "auto"
+
+
+def test_cpu_accelerator_refuses_a_gpu_product():
+    with pytest.raises(SpecError):
+        objects({"accelerator": {"type": "cpu", "product": "NVIDIA-H100-80GB-HBM3"}})
+
+
+def test_explicit_tolerations_replace_the_type_default():
+    tol = [{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}]
+    pod = objects({"accelerator": {"tolerations": tol}})["Deployment"]["spec"]["template"]["spec"]
+    assert pod["tolerations"] == tol
+
+
 @pytest.mark.parametrize(
     "spec,condition,reason",
     [

@@ -43,7 +43,8 @@ def test_defaults_ranges_enums_and_cel():
     assert spec["parallelism"]["properties"]["tensor"]["x-kubernetes-int-or-string"] is True
     assert spec["autoscaling"]["x-kubernetes-validations"]  # min <= max from the autoscaler's model
     assert spec["adapters"]["x-kubernetes-list-type"] == "map"
-    assert spec["accelerator"]["properties"]["tolerations"]["default"][0]["key"] == "nvidia.com/gpu"
+    assert "default" not in spec["accelerator"]["properties"]["tolerations"]  # by type, in the builder
+    assert spec["accelerator"]["properties"]["type"]["enum"] == ["gpu", "cpu"]
 
 
 def test_subresources_printer_columns_names():
