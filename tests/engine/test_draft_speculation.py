@@ -88,6 +88,17 @@ def test_draft_config_needs_a_draft_model_and_ngram_refuses_one():
         SpeculativeConfig(method="ngram", draft_model="/m")
 
 
+def test_the_cli_takes_a_draft_section():
+    import argparse
+
+    from llmop.engine.server.cli import configure, load_config
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    spec = load_config(parser.parse_args(["--speculative", "{method: draft, draft_model: /models/draft}"])).speculative
+    assert (spec.method, spec.draft_model) == ("draft", "/models/draft")
+
+
 @pytest.fixture(scope="module")
 def truncated_draft_dir(hf_checkpoint_dir, tmp_path_factory):
     """The embedded model's first DRAFT_LAYERS layers, embeddings, final norm and (tied) head."""
