@@ -27,7 +27,9 @@ class SpeculativeConfig(BaseModel):
     output distribution is exactly the target's (docs/engine.md)."""
 
     model_config = ConfigDict(extra="forbid")
-    method: Literal["ngram"] = Field("ngram", description="ngram: prompt lookup in the request's own tokens")
+    method: Literal["ngram", "draft"] = Field(
+        "ngram", description="ngram: prompt lookup in the request's own tokens; draft: a smaller model with the "
+        "same tokenizer (draft_model) proposes")
     num_tokens: int = Field(4, ge=1, le=16, description="Tokens proposed per request and step")
     ngram_min: int = Field(2, ge=1, le=64, description="Shortest suffix looked up")
     ngram_max: int = Field(4, ge=1, le=64, description="Longest suffix looked up")
@@ -35,11 +37,21 @@ class SpeculativeConfig(BaseModel):
     min_acceptance: float = Field(
         0.1, ge=0.0, le=1.0, description="A request whose acceptance rate falls below this (after 16 proposed "
         "tokens) stops speculating")
+    draft_model: str | None = Field(
+        None, min_length=1, description="method draft: HF checkpoint directory or GGUF file of the draft model "
+        "(same vocabulary as the target)")
+    draft_kv_cache_memory_bytes: int | None = Field(
+        None, ge=1, description="method draft: the draft's own KV cache budget; default: as many blocks as the "
+        "target's cache")
 
     @model_validator(mode="after")
     def _check(self) -> "SpeculativeConfig":
         if self.ngram_min > self.ngram_max:
             raise ValueError("ngram_min must not exceed ngram_max")
+        if self.method == "draft" and self.draft_model is None:
+            raise ValueError("method draft needs draft_model (the draft checkpoint's path)")
+        if self.method != "draft" and (self.draft_model is not None or self.draft_kv_cache_memory_bytes is not None):
+            raise ValueError("draft_model and draft_kv_cache_memory_bytes apply to method draft only")
         return self
 
 

@@ -23,6 +23,7 @@ from llmop.engine.checkpoint import Checkpoint, open_checkpoint
 from llmop.engine.config import EngineConfig
 from llmop.engine.detokenizer import IncrementalDetokenizer
 from llmop.engine.device_caps import resolve_device, resolve_dtype
+from llmop.engine.draft_proposer import build_draft_proposer
 from llmop.engine.executor import Executor, build_executor
 from llmop.engine.forward_batch import ForwardBatch, build_forward_batch
 from llmop.engine.grammar.compiler import GrammarCompiler
@@ -30,7 +31,9 @@ from llmop.engine.grammar.matcher import GrammarMatcher, fill_bitmasks
 from llmop.engine.kv_cache import KVCacheSpec, plan_kv_cache, resolve_kv_dtype
 from llmop.engine.lora.manager import LoraManager
 from llmop.engine.outputs import RequestOutput, TokenLogprob
+from llmop.engine.ngram_proposer import NgramProposer
 from llmop.engine.prefix_cache import PrefixCache
+from llmop.engine.proposer import Proposer
 from llmop.engine.request import FinishReason, Request, RequestStatus
 from llmop.engine.sampler import SampleRow
 from llmop.engine.sampling_params import SamplingParams
@@ -101,6 +104,7 @@ class LLMEngine:
         self._compiling: dict[str, tuple[_Tracked, Future]] = {}
         self.lora = LoraManager(config, mcfg, self.dtype, lambda: (self.scheduler.running, self.scheduler.waiting))
         self.blocks = BlockManager(self.kv_spec.num_blocks, config.block_size, config.enable_prefix_caching)
+        self.speculator = Speculator(config.speculative, self.max_model_len, self._proposer(config, mcfg))
         hasher = BlockHasher(config.block_size, get_hash_fn(config.prefix_caching_hash))
         self.scheduler = Scheduler(
             SchedulerConfig(config.max_num_seqs, max(config.max_num_batched_tokens, config.max_num_seqs),
@@ -108,8 +112,8 @@ class LLMEngine:
             self.blocks,
             PrefixCache(self.blocks, hasher),
             waiting=self.lora.queue,  # the fair adapter queue when LoRA is on, else priority order
+            on_release=self.speculator.release,
         )
-        self.speculator = Speculator(config.speculative, self.max_model_len)
         for a in config.adapters:
             self.lora.add_configured(a.name, a.source, a.pinned)
         self.load_seconds = time.monotonic() - t0
@@ -140,6 +144,16 @@ class LLMEngine:
         limit = min(mcfg.max_position_embeddings, mcfg.sliding_window or mcfg.max_position_embeddings)
         self.max_model_len = min(config.max_model_len or limit, limit, self.kv_spec.num_tokens)
         self.executor.allocate(self.kv_spec)
+
+    def _proposer(self, config: EngineConfig, mcfg) -> Proposer | None:
+        """The speculative proposer the config names (None: speculation off)."""
+        spec = config.speculative
+        if spec is None:
+            return None
+        if spec.method == "ngram":
+            return NgramProposer(spec.ngram_min, spec.ngram_max)
+        return build_draft_proposer(config, self.kv_dtype, mcfg, self.tokenizer, self.kv_spec.num_blocks,
+                                    self.max_model_len, self.tokenizer.eos_token_ids)
 
     @property
     def failure(self) -> str | None:
@@ -299,7 +313,8 @@ class LLMEngine:
         return self.last_batch
 
     def _sample_rows(self, chunks) -> list[SampleRow]:
-        """One row per logits row: the completing chunks' last token, plus one per proposed token."""
+        """One row per logits row: the completing chunks' last token, plus one per proposed token
+        (with the draft's token and distribution when a draft model sampled it)."""
         tracked = [(self._tracked[c.request.request_id], c.num_spec) for c in chunks if c.completes]
         with_grammar = [t for t, _ in tracked if t.grammar is not None]
         masks = dict(zip(map(id, with_grammar), fill_bitmasks([t.grammar for t in with_grammar], self.vocab_size)))
@@ -308,9 +323,11 @@ class LLMEngine:
             r, p = t.request, t.request.params
             history = (tuple(r.prompt_token_ids), tuple(r.output_token_ids)) if p.has_penalties else ((), ())
             n = len(r.output_token_ids)
+            q = self.speculator.draft_probs(r.request_id) if k else None
             for j in range(k + 1):
+                draft = (r.spec_token_ids[j], q[j]) if q is not None and j < k else (None, None)
                 rows.append(SampleRow(p, n + j, *history, block_eos=n + j < p.min_tokens,
-                                      token_bitmask=masks.get(id(t))))
+                                      token_bitmask=masks.get(id(t)), draft_token=draft[0], draft_probs=draft[1]))
         return rows
 
     def _postprocess(self, t: _Tracked, tokens: list[tuple[int, object]], now: float) -> RequestOutput:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from llmop.engine.proposer import Proposal
+from llmop.engine.request import Request
+
 
 def propose_ngram(tokens: Sequence[int], k: int, n_min: int, n_max: int) -> list[int]:
     """Up to `k` proposed next tokens ([] when no suffix of length n_min..n_max recurs)."""
@@ -26,3 +29,20 @@ def propose_ngram(tokens: Sequence[int], k: int, n_min: int, n_max: int) -> list
             if tokens[start] == first and list(tokens[start:start + n]) == suffix:
                 return list(tokens[start + n:start + n + k])
     return []
+
+
+class NgramProposer:
+    """`propose_ngram` behind the `Proposer` interface: no state, probability 1 on each token."""
+
+    def __init__(self, n_min: int, n_max: int):
+        self.n_min, self.n_max = n_min, n_max
+
+    def propose(self, wanted: Sequence[tuple[Request, int]]) -> list[Proposal]:
+        return [Proposal(tuple(propose_ngram(r.prompt_token_ids + r.output_token_ids, k, self.n_min, self.n_max)))
+                for r, k in wanted]
+
+    def verified(self, request: Request, num_proposed: int, num_accepted: int) -> None:
+        pass
+
+    def release(self, request_id: str) -> None:
+        pass

@@ -3,7 +3,11 @@
 Logit bias, grammar masks, penalties, temperature, top-k, top-p and min-p are applied to the whole
 batch as tensors. A seeded request draws token i from a generator seeded by (seed, i), so its output
 does not depend on what else is in the batch, nor on which process samples it (a row carries no
-state between steps); unseeded rows share the sampling rank's generator.
+state between steps); unseeded rows share the sampling rank's generator. Independent draws for the
+same token (a draft model's proposal, the test that accepts it) use other streams of that seed.
+
+A row verifying a draft model's sampled proposal carries the draft's token and distribution; its
+token is the proposal (accepted) or a draw from the residual (`rejection_sampler`).
 
 Grammar rows carry a packed token bitmask (bit t % 32 of word t // 32: token t allowed), filled by
 their matcher on the engine thread; `apply_token_bitmask` is applied where sampling happens.
@@ -16,7 +20,16 @@ from typing import Sequence
 
 import torch
 
+from llmop.engine.rejection_sampler import accept_or_resample
 from llmop.engine.sampling_params import SamplingParams
+
+
+class Stream:
+    """Independent random streams of one seeded output token."""
+
+    TARGET = 0  # the token itself (the stream every non-speculative draw uses)
+    DRAFT = 1  # a draft model's proposal for it
+    ACCEPT = 2  # the test accepting a draft's proposal, and the residual draw on rejection
 
 
 @dataclass(frozen=True)
@@ -29,12 +42,15 @@ class SampleRow:
     output_token_ids: Sequence[int] = ()
     block_eos: bool = False  # min_tokens not reached: EOS and stop ids may not be sampled
     token_bitmask: torch.Tensor | None = None  # [ceil(vocab / 32)] int32: the grammar's allowed tokens
+    draft_token: int | None = None  # a draft model's sampled proposal for this token, verified here
+    draft_probs: torch.Tensor | None = None  # [vocab]: the distribution the draft drew it from
 
-    def generator(self) -> torch.Generator | None:
-        """The seeded request's generator for this token, else None."""
+    def generator(self, stream: int = Stream.TARGET) -> torch.Generator | None:
+        """The seeded request's generator for this token (and stream), else None."""
         if self.params.seed is None:
             return None
-        return torch.Generator().manual_seed(row_seed(self.params.seed, self.output_index))
+        seed = row_seed(self.params.seed, self.output_index)
+        return torch.Generator().manual_seed(seed if stream == Stream.TARGET else row_seed(seed, stream))
 
 
 def row_seed(seed: int, index: int) -> int:
@@ -50,6 +66,7 @@ class SampleResult:
     token_ids: list[int]
     # Per row: (sampled token's logprob, [(token id, logprob) of the top N]) or None.
     logprobs: list[tuple[float, list[tuple[int, float]]] | None]
+    probs: torch.Tensor | None = None  # [rows, vocab] the sampled rows' distributions (`keep_probs`)
 
 
 def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -121,8 +138,11 @@ def _filter(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
 
 
 def sample(logits: torch.Tensor, rows: Sequence[SampleRow], eos_ids: Sequence[int],
-           generator: torch.Generator | None = None) -> SampleResult:
-    """logits: [num_rows, vocab] float32 (modified in place)."""
+           generator: torch.Generator | None = None, stream: int = Stream.TARGET,
+           keep_probs: bool = False) -> SampleResult:
+    """logits: [num_rows, vocab] float32 (modified in place). `stream`: which of a seeded row's
+    streams draws (a draft model samples its proposals from `Stream.DRAFT`). `keep_probs`: return
+    the distributions the non-greedy rows were drawn from (a draft's q)."""
     want_logprobs = any(r.params.logprobs is not None for r in rows)
     raw_logprobs = logits.log_softmax(dim=-1) if want_logprobs else None
     for i, row in enumerate(rows):
@@ -137,6 +157,7 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], eos_ids: Sequence[in
 
     greedy = torch.tensor([r.params.greedy for r in rows])
     tokens = logits.argmax(dim=-1)
+    probs = None
     if not bool(greedy.all()):
         probs = _filter(logits, rows).softmax(dim=-1)
         # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p; each seeded row uses its own
@@ -144,9 +165,13 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], eos_ids: Sequence[in
         noise = torch.empty_like(probs)
         for i, row in enumerate(rows):
             if not row.params.greedy:
-                noise[i].exponential_(generator=row.generator() or generator)
+                noise[i].exponential_(generator=row.generator(stream) or generator)
         sampled = (probs / noise).argmax(dim=-1)
         tokens = torch.where(greedy, tokens, sampled)
+        for i, row in enumerate(rows):  # a greedy row's argmax decides a greedy proposal as it is
+            if row.draft_probs is not None and not row.params.greedy:
+                tokens[i] = accept_or_resample(probs[i], row.draft_probs, row.draft_token,
+                                               row.generator(Stream.ACCEPT) or generator)
 
     token_list = tokens.tolist()
     logprobs: list = [None] * len(rows)
@@ -158,4 +183,4 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow], eos_ids: Sequence[in
             top = raw_logprobs[i].topk(n) if n > 0 else None
             alts = list(zip(top.indices.tolist(), top.values.tolist())) if top is not None else []
             logprobs[i] = (float(raw_logprobs[i, token_list[i]]), alts)
-    return SampleResult(token_list, logprobs)
+    return SampleResult(token_list, logprobs, probs if keep_probs else None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Protocol
+from typing import Callable, Iterator, Mapping, Protocol
 
 from llmop.engine.block_manager import BlockManager
 from llmop.engine.prefix_cache import PrefixCache
@@ -107,11 +107,14 @@ class PriorityQueue:
 
 
 class Scheduler:
-    """`waiting`: the queue and admission policy (default: priority then arrival)."""
+    """`waiting`: the queue and admission policy (default: priority then arrival). `on_release`:
+    called when a request's blocks go (finished, aborted, preempted), for state kept beside them
+    (a draft model's KV)."""
 
     def __init__(self, config: SchedulerConfig, blocks: BlockManager, prefix: PrefixCache | None = None,
-                 waiting: WaitingQueue | None = None):
+                 waiting: WaitingQueue | None = None, on_release: Callable[[Request], None] | None = None):
         self.config = config
+        self.on_release = on_release or (lambda request: None)
         self.blocks = blocks
         self.prefix = prefix if prefix is not None else PrefixCache(blocks, None)
         self.waiting: WaitingQueue = waiting if waiting is not None else PriorityQueue()
@@ -202,6 +205,7 @@ class Scheduler:
         """Recompute later: drop its blocks, forget computed tokens, requeue at its old place."""
         self.running.remove(req)
         self.blocks.free(req.request_id)
+        self.on_release(req)
         req.num_computed_tokens = 0
         req.spec_token_ids = []
         req.num_preemptions += 1
@@ -232,6 +236,7 @@ class Scheduler:
             if not self.waiting.remove(req):
                 self.prefix.unpark(req)
         self.blocks.free(req.request_id)
+        self.on_release(req)
         for follower in self.prefix.release(req):
             self.waiting.push(follower)
         req.status = RequestStatus.FINISHED

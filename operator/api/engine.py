@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from llmop.engine.config import SpeculativeConfig
-from llmop.operator.api.base import CRDModel
+from llmop.operator.api.base import CRDModel, cel
 
 ResourceMap = dict[str, str]
 
@@ -26,10 +26,29 @@ class ResourcesSpec(CRDModel):
     limits: ResourceMap = Field(default_factory=dict, description="Resource limits, e.g. {memory: 64Gi}.")
 
 
+DRAFT_UNSUPPORTED = ("method draft is not available in an LLMDeployment yet: the operator does not mount a "
+                     "draft checkpoint in the pod; use method ngram")
+
+
 class SpeculativeSpec(SpeculativeConfig, CRDModel):
     """Speculative decoding (the engine config's `speculative`, same fields and checks, camelCase):
     the engine proposes tokens and verifies them in one forward pass; the output is exactly what it
-    would be without."""
+    would be without. Method draft is refused here until the operator provides the draft
+    checkpoint to the pod (the engine would fail to start without it)."""
+
+    model_config = CRDModel.model_config | {
+        "json_schema_extra": cel(
+            ("!has(self.method) || self.method != 'draft'", DRAFT_UNSUPPORTED, ".method"),
+            ("!has(self.draftModel) && !has(self.draftKvCacheMemoryBytes)",
+             "draftModel and draftKvCacheMemoryBytes apply to method draft only", ".draftModel"),
+        )
+    }
+
+    @model_validator(mode="after")
+    def _no_draft_yet(self) -> "SpeculativeSpec":
+        if self.method == "draft":
+            raise ValueError(DRAFT_UNSUPPORTED)
+        return self
 
 
 class EngineSpec(CRDModel):

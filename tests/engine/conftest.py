@@ -44,6 +44,20 @@ def prompt_ids(engine_llm):
 
 
 @pytest.fixture(scope="session")
+def greedy():
+    """greedy(n): SamplingParams for exactly n greedy tokens (EOS ignored)."""
+    from llmop.engine.sampling_params import SamplingParams
+
+    return lambda n: SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture(scope="session")
+def reference_tokens(engine_llm, prompt_ids, greedy):
+    """The engine's own greedy continuation of each prompt, speculation off."""
+    return [list(engine_llm.generate([ids], greedy(NEW_TOKENS))[0].token_ids) for ids in prompt_ids]
+
+
+@pytest.fixture(scope="session")
 def hf_continuations(hf_reference, prompt_ids):
     """Greedy continuation of each prompt by HF, one prompt at a time."""
     return [hf_greedy(hf_reference, ids, NEW_TOKENS) for ids in prompt_ids]

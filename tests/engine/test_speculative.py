@@ -13,10 +13,6 @@ from llmop.engine.ngram_proposer import propose_ngram
 from llmop.engine.sampling_params import SamplingParams
 
 
-def greedy(n):
-    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
-
-
 def test_ngram_lookup_proposes_what_followed_the_latest_match():
     assert propose_ngram([1, 2, 3, 4, 5, 1, 2, 3], 3, 2, 4) == [4, 5, 1]
     assert propose_ngram([9, 1, 2, 7, 1, 2, 8, 1, 2], 2, 2, 2) == [8, 1]  # the most recent occurrence
@@ -33,12 +29,8 @@ def spec_llm():
                max_num_batched_tokens=512, speculative={"method": "ngram", "num_tokens": 4, "max_batch_size": 16})
 
 
-@pytest.fixture(scope="module")
-def reference_tokens(engine_llm, prompt_ids, new_tokens):
-    return [list(engine_llm.generate([ids], greedy(new_tokens))[0].token_ids) for ids in prompt_ids]
-
-
-def test_greedy_tokens_equal_without_speculation_one_at_a_time(spec_llm, prompt_ids, reference_tokens, new_tokens):
+def test_greedy_tokens_equal_without_speculation_one_at_a_time(spec_llm, prompt_ids, reference_tokens, new_tokens,
+                                                                greedy):
     counters = spec_llm.engine.speculator.counters
     before = counters.accepted_tokens
     for ids, expected in zip(prompt_ids, reference_tokens):
@@ -46,7 +38,7 @@ def test_greedy_tokens_equal_without_speculation_one_at_a_time(spec_llm, prompt_
     assert counters.accepted_tokens > before, "speculation must have run and been accepted"
 
 
-def test_greedy_tokens_equal_concurrently_with_preemption(spec_llm, prompt_ids, reference_tokens, new_tokens):
+def test_greedy_tokens_equal_concurrently_with_preemption(spec_llm, prompt_ids, reference_tokens, new_tokens, greedy):
     eng = spec_llm.engine
     before = (eng.stats().num_preemptions, eng.speculator.counters.drafts)
     outs = spec_llm.generate(prompt_ids * 2, greedy(new_tokens))

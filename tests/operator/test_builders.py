@@ -160,3 +160,10 @@ def test_speculation_is_rendered_from_the_typed_field_only():
     with pytest.raises(SpecError) as err:
         desired_state(body({"engine": {"overrides": {"speculative": {"method": "ngram"}}}}), SETTINGS)
     assert "spec.engine.speculative" in str(err.value)
+
+
+def test_draft_model_speculation_is_refused_not_ignored():
+    """The operator cannot put a draft checkpoint in the pod yet: the spec is refused with the reason."""
+    with pytest.raises(SpecError) as err:
+        desired_state(body({"engine": {"speculative": {"method": "draft", "draftModel": "/models/draft"}}}), SETTINGS)
+    assert "operator does not mount a draft checkpoint" in str(err.value)

@@ -64,6 +64,8 @@ def test_subresources_printer_columns_names():
         {"parallelism": {"tensor": "many"}},
         {"replicas": -1},
         {"unknownField": 1},
+        {"engine": {"speculative": {"method": "draft", "draftModel": "/models/draft"}}},
+        {"engine": {"speculative": {"draftModel": "/models/draft"}}},
     ],
 )
 def test_operator_models_reject_what_the_schema_rejects(spec):
