@@ -719,8 +719,9 @@ def check_admin_port(rendered, serve):
     are 404/405."""
     served = serve()
     assert rendered.admin_port == 8082 and ("0.0.0.0", 8082) in served.bound
-    assert http(served, 8081, ADMIN_TOKEN).get("/v1/adapters").status_code in (404, 405)
-    assert http(served, 8082, ADMIN_TOKEN).get("/v1/adapters").status_code == 200
+    with running(served):  # the listing is read on the engine thread
+        assert http(served, 8081, ADMIN_TOKEN).get("/v1/adapters").status_code in (404, 405)
+        assert http(served, 8082, ADMIN_TOKEN).get("/v1/adapters").status_code == 200
 
 
 def check_admin_host(rendered, serve):
@@ -732,14 +733,17 @@ def check_admin_token_file(rendered, serve):
     """The mounted Secret's file is the credential: the admin API admits it and nothing else."""
     assert rendered.admin_token_file == "/var/run/llmop/admin/token"
     served = serve()
-    assert http(served, 8082, ADMIN_TOKEN).get("/v1/adapters").status_code == 200
+    with running(served):
+        assert http(served, 8082, ADMIN_TOKEN).get("/v1/adapters").status_code == 200
     assert http(served, 8082, ADMIN_TOKEN + "x").get("/v1/adapters").status_code == 401
 
 
 def check_adapter_roots(rendered, serve, adapter_dirs):
     """The mounted model volume is the only root: a source elsewhere (a valid adapter here) is a 403."""
     assert rendered.adapter_roots == ["/mnt/pvc/models"]
-    r = http(serve(), 8082, ADMIN_TOKEN).post("/v1/adapters", json={"name": "x", "source": str(adapter_dirs["b"])})
+    served = serve()
+    with running(served):
+        r = http(served, 8082, ADMIN_TOKEN).post("/v1/adapters", json={"name": "x", "source": str(adapter_dirs["b"])})
     assert r.status_code == 403 and r.json()["error"]["code"] == "source_not_allowed", r.text
 
 
