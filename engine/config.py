@@ -121,10 +121,29 @@ class EngineConfig(BaseModel):
     max_request_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     drain_timeout_s: float = Field(30.0, ge=0)
 
+    # Admin listener and trust (docs/security.md).
+    admin_port: int | None = Field(
+        None, ge=0, le=65535, description="Port of the admin API (adapter loading and unloading); None: no admin "
+        "API. It needs admin_token_file")
+    admin_host: str = Field("127.0.0.1", description="Address the admin API listens on")
+    admin_token_file: str | None = Field(
+        None, description="File holding the admin bearer credential; it also marks inference requests as trusted "
+        "(their `priority` is honoured)")
+    adapter_roots: list[str] = Field(
+        default_factory=list, description="Directories the admin API may load adapters from (absolute); none: "
+        "it loads nothing")
+
     @model_validator(mode="after")
     def _check(self) -> "EngineConfig":
         if self.max_loras > self.max_cpu_loras and self.max_cpu_loras > 0:
             raise ValueError("max_loras must not exceed max_cpu_loras")
+        if self.admin_port is not None and not self.admin_token_file:
+            raise ValueError("admin_port needs admin_token_file: the admin API never runs without a credential")
+        if self.admin_port is not None and self.admin_port != 0 and self.admin_port == self.port:
+            raise ValueError("admin_port must differ from port: the admin API has its own listener")
+        relative = [r for r in self.adapter_roots if not r.startswith("/")]
+        if relative:
+            raise ValueError(f"adapter_roots must be absolute paths: {relative}")
         return self
 
     @classmethod

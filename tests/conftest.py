@@ -132,12 +132,16 @@ def engine_llm():
 # ---- engine server (llmop.engine.server): a live OpenAI-compatible server on localhost ----
 # engine_server: the embedded model (fp32) behind `create_app`, served by uvicorn on a background
 #   thread on a free port, once per session. Has .url, .state (ServerState), .engine (LLMEngine),
-#   .fresh_stats() (EngineStats read on the engine thread).
+#   .fresh_stats() (EngineStats read on the engine thread), .admin_token (the admin credential: a
+#   request presenting it as a bearer token is trusted, e.g. its `priority` is honoured).
 # openai_client / async_openai_client: the official SDK pointed at it, without retries.
 
 
+ADMIN_TOKEN = "test-admin-credential-0123456789"
+
+
 @pytest.fixture(scope="session")
-def engine_server():
+def engine_server(tmp_path_factory):
     import asyncio
 
     from llmop.engine.config import EngineConfig
@@ -145,13 +149,16 @@ def engine_server():
     from llmop.engine.server.app import create_app
     from llmop.engine.server.runner import BackgroundServer
 
+    token_file = tmp_path_factory.mktemp("admin") / "token"
+    token_file.write_text(ADMIN_TOKEN + "\n")
     config = EngineConfig(dtype="float32", kv_cache_memory_bytes=256 << 20, max_num_seqs=32,
-                          max_num_batched_tokens=512, max_model_len=2048)
+                          max_num_batched_tokens=512, max_model_len=2048, admin_token_file=str(token_file))
     engine = LLMEngine(config)
     app = create_app(engine, config)
     server = BackgroundServer(app).start()
     server.state = app.state.llmop
     server.engine = engine
+    server.admin_token = ADMIN_TOKEN
 
     def fresh_stats():
         call = server.state.engine.call(lambda e: e.stats())

@@ -1,10 +1,11 @@
-"""The admin API of LoRA adapters, and how adapters appear to clients.
+"""The admin API of LoRA adapters; it is served only on the admin listener (`admin_app`).
 
-POST /v1/adapters {name, source, pinned} reads and validates a PEFT directory (201, or 422 with
-the reason: the adapter stays listed as `failed`), DELETE /v1/adapters/{name} unloads (409 while
-requests use it), GET /v1/adapters lists every adapter with its state (loading, cpu, resident,
-disk, failed + error). A request selects an adapter by naming it in `model`; /v1/models lists
-each with `parent` = the base model.
+POST /v1/adapters {name, source, pinned} reads and validates a PEFT directory inside the
+`adapter_roots` (201; 403 for a source outside them, with the same message whether or not it
+exists; 422 with the reason when it is not a servable adapter: it stays listed as `failed`),
+DELETE /v1/adapters/{name} unloads (409 while requests use it), GET /v1/adapters lists every
+adapter with its state (loading, cpu, resident, disk, failed + error) and its host path. Clients of
+the inference port see servable adapters only by name, in /v1/models.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from fastapi.responses import JSONResponse, Response
 from llmop.engine.config import AdapterSource
 from llmop.engine.lora import admin
 from llmop.engine.lora.registry import AdapterConflict, AdapterInfo, AdapterNotFound, AdapterState
+from llmop.engine.lora.roots import AdapterRoots, SourceOutsideRoots
 from llmop.engine.server.errors import APIError
-from llmop.engine.server.protocol import ModelCard
 from llmop.engine.server.state import ServerState, get_state
 
 router = APIRouter()
@@ -27,25 +28,27 @@ def adapter_json(info: AdapterInfo) -> dict:
             "slot": info.slot, "error": info.error}
 
 
-def adapter_model_cards(state: ServerState) -> list[ModelCard]:
-    """Servable adapters as models whose parent is the base model."""
-    lora = state.engine.engine.lora
-    return [ModelCard(id=i.name, root=i.source, parent=state.model_name, max_model_len=state.max_model_len)
-            for i in lora.infos() if i.state is not AdapterState.FAILED]
-
-
 def _not_found(name: str) -> APIError:
     return APIError(404, f"the adapter {name!r} does not exist", reason="unknown_model", code="adapter_not_found")
+
+
+def _allowed_source(state: ServerState, source: str) -> str:
+    """The real path of `source` inside the adapter roots, else 403."""
+    try:
+        return AdapterRoots.of(state.config.adapter_roots).resolve(source)
+    except SourceOutsideRoots as e:
+        raise APIError(403, str(e), reason="forbidden", param="source", code="source_not_allowed") from None
 
 
 @router.post("/v1/adapters", status_code=201)
 async def load_adapter(body: AdapterSource, state: ServerState = Depends(get_state)):
     state.check_open()
+    source = _allowed_source(state, body.source)
     if body.name in state.base_model_names():
         raise APIError(409, f"{body.name!r} is the base model's name", reason="invalid_request",
                        type="invalid_request_error", code="adapter_exists")
     try:
-        info = await admin.load_adapter(state.engine, body.name, body.source, body.pinned)
+        info = await admin.load_adapter(state.engine, body.name, source, body.pinned)
     except AdapterConflict as e:
         raise APIError(409, str(e), reason="invalid_request", type="invalid_request_error",
                        code="adapter_exists") from None

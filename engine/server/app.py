@@ -15,12 +15,12 @@ from fastapi import APIRouter, FastAPI
 from llmop.engine.async_engine import AsyncEngine
 from llmop.engine.config import EngineConfig
 from llmop.engine.engine import LLMEngine
-from llmop.engine.server import adapters_api, chat, completions, probes, tokenize
+from llmop.engine.server import chat, completions, probes, tokenize
 from llmop.engine.server.body_limit import BodyLimitMiddleware
 from llmop.engine.server.errors import install_error_handlers
 from llmop.engine.server.state import ServerState
 
-ROUTERS: list[APIRouter] = [probes.router, completions.router, chat.router, tokenize.router, adapters_api.router]
+ROUTERS: list[APIRouter] = [probes.router, completions.router, chat.router, tokenize.router]
 
 
 def create_app(engine: LLMEngine, config: EngineConfig | None = None,

@@ -19,9 +19,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("llmop.server")
 
-_TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
-          408: "timeout_error", 413: "invalid_request_error", 429: "rate_limit_error",
-          503: "service_unavailable_error"}
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+          404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error",
+          413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable_error"}
 
 
 class APIError(Exception):

@@ -33,7 +33,7 @@ FINISH_REASONS = ("stop", "length", "abort")
 REJECT_REASONS = ("invalid_request", "invalid_json", "unsupported", "unknown_field", "invalid_grammar",
                   "context_length", "prompt_too_long",
                   "body_too_large", "unknown_model", "queue_full", "queue_timeout", "adapter_unavailable",
-                  "draining")
+                  "draining", "unauthorized", "forbidden", "untrusted_priority")
 
 
 class _EngineGauges(Collector):

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from llmop.engine.server.adapters_api import adapter_model_cards
+from llmop.engine.lora.registry import AdapterState
 from llmop.engine.server.protocol import ModelCard, ModelList
 from llmop.engine.server.state import ServerState, get_state
 
@@ -36,6 +36,13 @@ async def ready(state: ServerState = Depends(get_state)):
 @router.get("/metrics")
 async def metrics(state: ServerState = Depends(get_state)):
     return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+
+def adapter_model_cards(state: ServerState) -> list[ModelCard]:
+    """Servable adapters as models whose parent is the base model; by name only (their host paths
+    are for the admin API)."""
+    return [ModelCard(id=i.name, root=i.name, parent=state.model_name, max_model_len=state.max_model_len)
+            for i in state.engine.engine.lora.infos() if i.state is not AdapterState.FAILED]
 
 
 def model_cards(state: ServerState) -> list[ModelCard]:

@@ -19,6 +19,8 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from llmop.engine.server.listeners import listen, port_of, served
+
 log = logging.getLogger("llmop.server")
 
 
@@ -52,22 +54,26 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def uvicorn_config(app: FastAPI, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
+def uvicorn_config(app, host: str, port: int, log_level: str = "info") -> uvicorn.Config:
     return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
                           access_log=False, lifespan="on")
 
 
 class BackgroundServer:
-    """An app served on a background thread, on a free port of 127.0.0.1 (tests, benchmarks)."""
+    """An app served on a background thread, on a free port of 127.0.0.1 (tests, benchmarks); with
+    `admin_app`, that one on a second free port (`admin_url`)."""
 
-    def __init__(self, app: FastAPI, drain_timeout_s: float = 30.0, log_level: str = "warning"):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
+    def __init__(self, app: FastAPI, drain_timeout_s: float = 30.0, log_level: str = "warning",
+                 admin_app: FastAPI | None = None):
+        self.sock = listen("127.0.0.1", 0)
+        self.admin_sock = listen("127.0.0.1", 0) if admin_app is not None else None
+        self.port = port_of(self.sock)
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = DrainingServer(uvicorn_config(app, "127.0.0.1", self.port, log_level), drain_timeout_s)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+        self.admin_url = f"http://127.0.0.1:{port_of(self.admin_sock)}" if self.admin_sock else None
+        sockets = [s for s in (self.sock, self.admin_sock) if s is not None]
+        asgi = served(app, admin_app, self.sock, self.admin_sock)
+        self.server = DrainingServer(uvicorn_config(asgi, "127.0.0.1", self.port, log_level), drain_timeout_s)
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": sockets},
                                         name=f"uvicorn-{self.port}", daemon=True)
 
     def start(self, timeout: float = 60.0) -> "BackgroundServer":
@@ -90,6 +96,8 @@ class BackgroundServer:
         self.server.should_exit = True
         self._thread.join(timeout)
         self.sock.close()
+        if self.admin_sock is not None:
+            self.admin_sock.close()
 
     def __enter__(self) -> "BackgroundServer":
         return self.start()

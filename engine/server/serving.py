@@ -86,6 +86,7 @@ async def serve(request: Request, state: ServerState, body: SamplingRequest, pro
     matches `grammar` if given."""
     state.check_open()
     check_supported(body)
+    state.check_priority(body.priority, request)
     target = state.resolve_model(body.model)
     subs: list[SubRequest] = []
     for p, ids in enumerate(prompts):

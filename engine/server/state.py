@@ -17,6 +17,7 @@ from fastapi import Request
 
 from llmop.engine.async_engine import AsyncEngine
 from llmop.engine.config import EngineConfig
+from llmop.engine.server.credential import AdminCredential
 from llmop.engine.server.errors import APIError
 from llmop.engine.server.lora_metrics import LoraCollector
 from llmop.engine.server.metrics import ServerMetrics
@@ -68,6 +69,7 @@ class ServerState:
         self.max_prompt_tokens = min(config.max_prompt_tokens or self.max_model_len, self.max_model_len)
         self.metrics = ServerMetrics(self.model_name, lambda: engine.stats)
         self.metrics.registry.register(LoraCollector(self.model_name, lambda: llm.lora.snapshot))
+        self.credential = AdminCredential.from_file(config.admin_token_file) if config.admin_token_file else None
         self.draining = False
         self.num_in_flight = 0  # admitted generation requests not yet fully answered
         self.num_queued = 0  # their engine requests that have not produced a token yet
@@ -88,6 +90,15 @@ class ServerState:
             return ModelTarget(name, adapter=name)
         raise APIError(404, f"the model {name!r} does not exist", reason="unknown_model", param="model",
                        code="model_not_found")
+
+    # --- trust --------------------------------------------------------------------------------------
+
+    def check_priority(self, priority: int, request: Request) -> None:
+        """`priority` reorders every queue, so only a trusted caller (one presenting the admin
+        credential: the operator, the router) may set it; anyone else gets a 400 for a non-default one."""
+        if priority != 0 and (self.credential is None or not self.credential.presented_by(request)):
+            raise APIError(400, "priority is set by trusted callers only (the router or the operator); omit it "
+                                "or send 0", reason="untrusted_priority", param="priority", code="untrusted_priority")
 
     # --- admission --------------------------------------------------------------------------------
 

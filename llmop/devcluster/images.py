@@ -190,7 +190,8 @@ def load_into_containerd(socket: Path, ref: str, log: Callable[[str], None] = pr
 def prune(socket: Path, spec: ImageSpec, keep: str) -> None:
     """Drop older builds of an image from buildah's storage and the node's containerd (each
     engine image is gigabytes; a changed tree builds a new one)."""
-    for ref in _run(["buildah", "images", "--format", "{{.Name}}:{{.Tag}}", spec.repository()]).stdout.split():
+    listed = subprocess.run(["buildah", "images", "--format", "{{.Name}}:{{.Tag}}"], capture_output=True, text=True)
+    for ref in listed.stdout.split():
         if ref != keep and ref.startswith(spec.repository() + ":"):
             subprocess.run(["buildah", "rmi", "-f", ref], capture_output=True)
     stale = [r for r in _run(_ctr(socket, "images", "ls", "-q")).stdout.split()

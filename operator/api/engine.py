@@ -73,6 +73,13 @@ class EngineSpec(CRDModel):
         None, description="Speculative decoding (off when absent); pays on outputs that repeat their input."
     )
     port: int = Field(8000, ge=1, le=65535, description="Port of the OpenAI-compatible HTTP API.")
+    admin_credential_secret: str | None = Field(
+        None, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="Secret (key `token`) holding the engine's admin credential; turns on the adapter admin API on "
+        "adminPort and lets callers presenting it set request priority. Absent: no admin API.")
+    admin_port: int = Field(
+        8001, ge=1, le=65535, description="Port of the adapter admin API (with adminCredentialSecret); not in the "
+        "Service.")
     drain_timeout_seconds: int = Field(
         30, ge=0, le=3600, description="On shutdown, in-flight requests may finish for this long."
     )

@@ -1,5 +1,6 @@
 """The engine's config file for one LLMDeployment: the spec's engine knobs, the sizing plan's
-limits and KV budget, and the source paths, checked against the engine's own schema.
+limits and KV budget, the source paths (and their volumes as the admin API's adapter roots), and
+the admin listener when a credential Secret is named, checked against the engine's own schema.
 
 `spec.engine.overrides` reaches any other EngineConfig field, but not the ones the operator
 decides (the Service, sizing and sources depend on those): setting one is a spec error.
@@ -18,6 +19,8 @@ from llmop.operator.sizing.plan import SizingPlan
 
 CONFIG_DIR = "/etc/llmop"
 CONFIG_FILE = "engine.yaml"
+ADMIN_DIR = "/var/run/llmop/admin"  # the admin credential Secret, mounted read-only
+ADMIN_TOKEN_KEY = "token"
 
 # EngineConfig fields the operator sets, and the spec field a user sets instead.
 OPERATOR_FIELDS = {
@@ -31,6 +34,8 @@ OPERATOR_FIELDS = {
     "host": "(always 0.0.0.0)", "port": "spec.engine.port",
     "drain_timeout_s": "spec.engine.drainTimeoutSeconds", "adapters": "spec.adapters",
     "device": "spec.accelerator.type",
+    "admin_port": "spec.engine.adminPort", "admin_host": "(always 0.0.0.0)",
+    "admin_token_file": "spec.engine.adminCredentialSecret", "adapter_roots": "(the mounted source volumes)",
 }  # fmt: skip
 
 
@@ -63,9 +68,13 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
             AdapterSource(name=a.name, source=path, pinned=a.pinned)
             for a, path in zip(spec.adapters, sources.adapters)
         ],
+        "adapter_roots": sources.roots(),
     }
     if spec.accelerator.type is AcceleratorType.CPU:
         fields["device"] = "cpu"  # a GPU pod keeps "auto": CUDA where the node has it
+    if engine.admin_credential_secret:  # docs/security.md
+        fields.update(admin_host="0.0.0.0", admin_port=engine.admin_port,
+                      admin_token_file=f"{ADMIN_DIR}/{ADMIN_TOKEN_KEY}")
     if engine.max_num_seqs is not None:
         fields["max_num_seqs"] = engine.max_num_seqs
     if engine.max_num_batched_tokens is not None:

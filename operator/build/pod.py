@@ -1,5 +1,6 @@
 """The engine pod template: GPUs from sizing, probes on the engine's health endpoints, a drain that
-finishes in-flight requests, and the volumes its sources and config need.
+finishes in-flight requests, the volumes its sources and config need, and the admin listener's
+port and credential Secret when the spec names one (docs/security.md).
 
 Shutdown: the preStop sleep lets the Service drop the pod first, then SIGTERM makes the engine stop
 admitting and finish what it has for up to drainTimeoutSeconds; the grace period covers both.
@@ -7,10 +8,11 @@ admitting and finish what it has for up to drainTimeoutSeconds; the grace period
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
-from llmop.operator.build.engine_config import CONFIG_DIR, CONFIG_FILE
+from llmop.operator.build.engine_config import ADMIN_DIR, ADMIN_TOKEN_KEY, CONFIG_DIR, CONFIG_FILE
 from llmop.operator.build.meta import Owner
 from llmop.operator.build.settings import Settings
 from llmop.operator.build.sources import Sources
@@ -21,6 +23,7 @@ ENGINE_UID = 1000  # Dockerfile.engine's user
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 CONFIG_HASH = "llmop.dev/config-hash"
 CONFIG_VOLUME = "engine-config"
+ADMIN_VOLUME = "admin-credential"
 
 
 def _resources(spec: LLMDeploymentSpec, gpus: int) -> dict[str, Any]:
@@ -29,7 +32,28 @@ def _resources(spec: LLMDeploymentSpec, gpus: int) -> dict[str, Any]:
     return {"requests": {**res.requests, **gpu}, "limits": {**res.limits, **gpu}}
 
 
-def _engine_container(spec: LLMDeploymentSpec, settings: Settings, sources: Sources, gpus: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AdminListener:
+    """The admin API's container port, and its credential Secret as a read-only mount (none
+    without spec.engine.adminCredentialSecret)."""
+
+    ports: tuple[dict[str, Any], ...] = ()
+    mounts: tuple[dict[str, Any], ...] = ()
+    volumes: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, spec: LLMDeploymentSpec) -> "AdminListener":
+        secret = spec.engine.admin_credential_secret
+        if not secret:
+            return cls()
+        item = {"key": ADMIN_TOKEN_KEY, "path": ADMIN_TOKEN_KEY}
+        return cls(({"name": "admin", "containerPort": spec.engine.admin_port, "protocol": "TCP"},),
+                   ({"name": ADMIN_VOLUME, "mountPath": ADMIN_DIR, "readOnly": True},),
+                   ({"name": ADMIN_VOLUME, "secret": {"secretName": secret, "defaultMode": 0o440, "items": [item]}},))
+
+
+def _engine_container(spec: LLMDeploymentSpec, settings: Settings, sources: Sources, gpus: int,
+                      admin: AdminListener) -> dict[str, Any]:
     engine = spec.engine
 
     def http(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -40,7 +64,7 @@ def _engine_container(spec: LLMDeploymentSpec, settings: Settings, sources: Sour
         "name": "engine",
         "image": engine.image or settings.engine_image,
         "command": ["llmop", "serve", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}", *engine.extra_args],
-        "ports": [{"name": "http", "containerPort": engine.port, "protocol": "TCP"}],
+        "ports": [{"name": "http", "containerPort": engine.port, "protocol": "TCP"}, *admin.ports],
         "resources": _resources(spec, gpus),
         # Loading weights can take many minutes: the startup probe holds liveness off for 30.
         "startupProbe": http("/health", 10, 180),
@@ -51,6 +75,7 @@ def _engine_container(spec: LLMDeploymentSpec, settings: Settings, sources: Sour
             {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},  # NCCL between tensor-parallel ranks
             *sources.mounts(),
+            *admin.mounts,
         ],
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
@@ -63,6 +88,7 @@ def engine_pod_template(
     """The Deployment's pod template; `config_hash` in an annotation rolls the pods when the
     engine config changes (and only then: replicas are not part of it)."""
     acc, extra = spec.accelerator, spec.pod_template
+    admin = AdminListener.of(spec)
     node_selector = dict(acc.node_selector)
     if acc.product:
         node_selector[GPU_PRODUCT_LABEL] = acc.product
@@ -70,11 +96,12 @@ def engine_pod_template(
         "securityContext": {"runAsNonRoot": True, "runAsUser": ENGINE_UID, "runAsGroup": ENGINE_UID,
                             "fsGroup": ENGINE_UID, "seccompProfile": {"type": "RuntimeDefault"}},
         "terminationGracePeriodSeconds": PRESTOP_SECONDS + spec.engine.drain_timeout_seconds + GRACE_MARGIN_SECONDS,
-        "containers": [_engine_container(spec, settings, sources, gpus)],
+        "containers": [_engine_container(spec, settings, sources, gpus, admin)],
         "volumes": [
             {"name": CONFIG_VOLUME, "configMap": {"name": config_map}},
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
             *sources.volumes(),
+            *admin.volumes,
         ],
     }  # fmt: skip
     if tolerations := acc.pod_tolerations():

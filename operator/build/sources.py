@@ -66,6 +66,10 @@ class Sources:
             for c in self.claims
         ]
 
+    def roots(self) -> list[str]:
+        """The directories the operator mounts for sources: the engine's `adapter_roots`."""
+        return ([MODELS_DIR] if self.init_containers else []) + [f"{PVC_DIR}/{c}" for c in self.claims]
+
     def mounts(self) -> list[dict[str, Any]]:
         """The engine container's mounts of them."""
         out = [{"name": MODELS_VOLUME, "mountPath": MODELS_DIR}] if self.init_containers else []

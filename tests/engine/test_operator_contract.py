@@ -6,13 +6,14 @@ sources)`, an `EngineConfig`); the pod runs `llmop serve --config` on that file.
 the config for a spec of the embedded SmolLM2-135M (9 attention heads, 3 KV heads, 30 layers,
 head_dim 64) that asks for everything the operator decides: tensor parallelism 3, a bfloat16 KV
 cache in blocks of 32 tokens, int8 weights, explicit maxModelLen / maxNumSeqs / maxNumBatchedTokens /
-enablePrefixCaching, n-gram speculation, a drain timeout and a port. The accelerator is a make-believe 208Mi GPU, so
+enablePrefixCaching, n-gram speculation, a drain timeout, a port and an admin listener with its credential Secret. The accelerator is a make-believe 208Mi GPU, so
 sizing leaves a KV budget of about 40 MiB per GPU (the engine allocates it per rank, here on the
 CPU). The spec has no adapter: int8 weights with a LoRA adapter fail the engine's first step (see
 `test_int8_weights_with_an_adapter_generate`), which would take the shared engine down with it.
 
 Only what cannot exist on this host is swapped: `model` (a path inside the pod) becomes the local
-embedded GGUF, and each adapter's `source` (none here) a local PEFT directory written here. Every
+embedded GGUF, each adapter's `source` (none here) a local PEFT directory written here, and
+`admin_token_file` (the mounted Secret) a local file. Every
 other field, defaults included (dtype "auto", device "auto", ...), is left as rendered; the file is
 written and read back the way `llmop serve --config` reads it.
 
@@ -86,8 +87,10 @@ SPEC: dict[str, Any] = {
     "kvCache": {"concurrency": 2, "contextLength": 1024, "blockSize": 32, "dtype": "bfloat16"},
     "parallelism": {"tensor": 3},
     "engine": {"maxModelLen": 1024, "maxNumSeqs": 4, "maxNumBatchedTokens": 128, "enablePrefixCaching": False,
-               "speculative": {"numTokens": 3, "maxBatchSize": 2}, "port": 8081, "drainTimeoutSeconds": 45},
+               "speculative": {"numTokens": 3, "maxBatchSize": 2}, "port": 8081, "drainTimeoutSeconds": 45,
+               "adminCredentialSecret": "chat-admin", "adminPort": 8082},
 }  # fmt: skip
+ADMIN_TOKEN = "contract-admin-credential-0123456789"  # the Secret's content, in a local file
 ADAPTER = {"name": "tone", "source": "pvc://adapters/tone", "pinned": True}  # only where int8 meets LoRA
 
 # The in-process probe: every field the operator leaves at its default, set to something else that
@@ -173,8 +176,10 @@ def adapter_dirs(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def config_file(rendered, adapter_dirs, tmp_path_factory) -> Path:
     """The rendered file with pod paths swapped for local ones (model, adapter sources), nothing else."""
+    token = tmp_path_factory.mktemp("admin-secret") / "token"
+    token.write_text(ADMIN_TOKEN)
     local = rendered.model_copy(update={
-        "model": str(embedded_model_path()),
+        "model": str(embedded_model_path()), "admin_token_file": str(token),
         "adapters": [a.model_copy(update={"source": str(adapter_dirs[a.name])}) for a in rendered.adapters],
     })
     path = tmp_path_factory.mktemp("etc-llmop") / "engine.yaml"
@@ -237,6 +242,7 @@ class Served:
     app: Any
     server: DrainingServer
     exit_code: int
+    bound: tuple = ()  # (host, port) of each socket it listened on
 
     @property
     def state(self):
@@ -263,6 +269,7 @@ def serve(engine, config_file, monkeypatch):
 
         def capture(server, sockets=None):
             seen["server"] = server
+            seen["bound"] = tuple(s.getsockname()[:2] for s in sockets or ())
 
         monkeypatch.setattr("llmop.engine.engine.LLMEngine", Borrowed)
         monkeypatch.setattr(DrainingServer, "run", capture)
@@ -270,7 +277,7 @@ def serve(engine, config_file, monkeypatch):
         cli.configure(parser)
         code = cli.run(parser.parse_args(["--config", str(config_file), "--log-level", "warning"]))
         assert seen.get("shutdown"), "llmop serve must stop the engine when the server exits"
-        return Served(seen["config"], seen["server"].config.app, seen["server"], code)
+        return Served(seen["config"], seen["server"].config.app, seen["server"], code, seen["bound"])
 
     return go
 
@@ -285,10 +292,13 @@ def running(served: Served):
         served.state.engine.shutdown()
 
 
-def http(served: Served):
+def http(served: Served, port: int | None = None, token: str | None = None):
+    """A client of the served app (no `with`: no lifespan), as if connected to local `port`."""
     from fastapi.testclient import TestClient
 
-    return TestClient(served.app, raise_server_exceptions=False)  # no `with`: no lifespan
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    base = f"http://testserver:{port}" if port else "http://testserver"
+    return TestClient(served.app, base_url=base, headers=headers, raise_server_exceptions=False)
 
 
 # --- the rendered config ------------------------------------------------------------------------------
@@ -315,7 +325,8 @@ def test_the_operator_renders_what_the_spec_asks(rendered, plan, config):
     others = set(EngineConfig.model_fields) - set(OPERATOR_FIELDS)
     assert rendered.model_dump(include=others) == EngineConfig().model_dump(include=others)
     # The file the engine starts from differs from the rendered one only in the swapped local paths.
-    assert config.model_dump(exclude={"model", "adapters"}) == rendered.model_dump(exclude={"model", "adapters"})
+    local = {"model", "adapters", "admin_token_file"}
+    assert config.model_dump(exclude=local) == rendered.model_dump(exclude=local)
     assert [(a.name, a.pinned) for a in config.adapters] == [(a.name, a.pinned) for a in rendered.adapters]
 
 
@@ -701,6 +712,39 @@ def check_drain_timeout_s(rendered, serve):
     served.state.drain = drain
     asyncio.run(served.server._drain())
     assert waited == [45.0] and served.server.should_exit
+
+
+def check_admin_port(rendered, serve):
+    """The admin API listens on admin_port, and only there: adapter routes on the inference port
+    are 404/405."""
+    served = serve()
+    assert rendered.admin_port == 8082 and ("0.0.0.0", 8082) in served.bound
+    with running(served):  # the listing is read on the engine thread
+        assert http(served, 8081, ADMIN_TOKEN).get("/v1/adapters").status_code in (404, 405)
+        assert http(served, 8082, ADMIN_TOKEN).get("/v1/adapters").status_code == 200
+
+
+def check_admin_host(rendered, serve):
+    """... on admin_host (the operator's 0.0.0.0: the operator calls it from its own pod)."""
+    assert rendered.admin_host == "0.0.0.0" and ("0.0.0.0", rendered.admin_port) in serve().bound
+
+
+def check_admin_token_file(rendered, serve):
+    """The mounted Secret's file is the credential: the admin API admits it and nothing else."""
+    assert rendered.admin_token_file == "/var/run/llmop/admin/token"
+    served = serve()
+    with running(served):
+        assert http(served, 8082, ADMIN_TOKEN).get("/v1/adapters").status_code == 200
+    assert http(served, 8082, ADMIN_TOKEN + "x").get("/v1/adapters").status_code == 401
+
+
+def check_adapter_roots(rendered, serve, adapter_dirs):
+    """The mounted model volume is the only root: a source elsewhere (a valid adapter here) is a 403."""
+    assert rendered.adapter_roots == ["/mnt/pvc/models"]
+    served = serve()
+    with running(served):
+        r = http(served, 8082, ADMIN_TOKEN).post("/v1/adapters", json={"name": "x", "source": str(adapter_dirs["b"])})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "source_not_allowed", r.text
 
 
 def check_speculative(engine, rendered, probe):

@@ -139,3 +139,32 @@ def lora_kit():
     return types.SimpleNamespace(ADAPTERS=ADAPTERS, MODELS=[None, *ADAPTERS], PROMPTS=PROMPTS, NEW_TOKENS=NEW_TOKENS, make_adapter=make_adapter,
                                  engine_config=engine_config, greedy=greedy, run_to_completion=run_to_completion, slots_of=slots_of,
                                  peft_greedy=peft_greedy)
+
+
+ADMIN_TOKEN = "lora-admin-credential-0123456789"
+
+
+@pytest.fixture(scope="module")
+def lora_server(lora_engine, adapter_dirs, tmp_path_factory):
+    """`lora_engine` served on a free port, with its admin API on a second one (`.admin_url`;
+    `.admin` is an httpx client carrying the credential) that loads adapters from the directory
+    holding `adapter_dirs` only (`.adapter_root`)."""
+    import httpx
+
+    from llmop.engine.config import EngineConfig
+    from llmop.engine.server.admin_app import create_admin_app
+    from llmop.engine.server.app import create_app
+    from llmop.engine.server.runner import BackgroundServer
+
+    token = tmp_path_factory.mktemp("admin") / "token"
+    token.write_text(ADMIN_TOKEN)
+    root = next(iter(adapter_dirs.values())).parent
+    config = EngineConfig.model_validate({**lora_engine.config.model_dump(), "admin_port": 0,
+                                          "admin_token_file": str(token), "adapter_roots": [str(root)]})
+    app = create_app(lora_engine, config)
+    srv = BackgroundServer(app, admin_app=create_admin_app(app.state.llmop)).start()
+    srv.adapter_root, srv.admin_token = root, ADMIN_TOKEN
+    srv.admin = httpx.Client(base_url=srv.admin_url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=300)
+    yield srv
+    srv.admin.close()
+    srv.stop()

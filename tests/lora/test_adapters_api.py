@@ -1,4 +1,5 @@
-"""The adapter admin API and adapter selection by `model`, over HTTP, under concurrent traffic."""
+"""The adapter admin API (on its own listener) and adapter selection by `model`, over HTTP, under
+concurrent traffic. Who may reach the admin API, and from where it loads: test_admin_security.py."""
 
 import asyncio
 
@@ -8,14 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 @pytest.fixture(scope="module")
-def server(lora_engine):
-    from llmop.engine.server.app import create_app
-    from llmop.engine.server.runner import BackgroundServer
-
-    app = create_app(lora_engine)
-    srv = BackgroundServer(app).start()
-    yield srv
-    srv.stop()
+def server(lora_server):
+    return lora_server
 
 
 def body(model, prompt, n):
@@ -37,16 +32,18 @@ def test_models_list_adapters_with_their_parent(server, lora_engine, lora_kit):
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
 
 
-def test_load_use_unload_reload_under_traffic(server, lora_engine, adapter_dirs, references, lora_kit, tmp_path):
+def test_load_use_unload_reload_under_traffic(server, lora_engine, adapter_dirs, references, lora_kit):
     tok = lora_engine.tokenizer
     prompts = lora_kit.PROMPTS
     expect = {(i, m): tok.decode(references[(i, m)][0]) for (i, m) in references}
-    corrupt = tmp_path / "corrupt"
-    corrupt.mkdir()
+    corrupt = server.adapter_root / "corrupt"
+    corrupt.mkdir(exist_ok=True)
     (corrupt / "adapter_config.json").write_text("{not json")
+    auth = {"Authorization": f"Bearer {server.admin_token}"}
 
     async def main():
-        async with httpx.AsyncClient(base_url=server.url, timeout=300) as c:
+        async with httpx.AsyncClient(base_url=server.url, timeout=300) as c, \
+                httpx.AsyncClient(base_url=server.admin_url, headers=auth, timeout=300) as admin:
             async def traffic():  # base and two registered adapters, round after round
                 got = []
                 for rnd in range(3):
@@ -59,22 +56,22 @@ def test_load_use_unload_reload_under_traffic(server, lora_engine, adapter_dirs,
             background = asyncio.create_task(traffic())
             source = str(adapter_dirs["qv-r4"])
             for round_ in range(2):  # load, use, unload; then the same again (reload)
-                r = await c.post("/v1/adapters", json={"name": "qv-again", "source": source})
+                r = await admin.post("/v1/adapters", json={"name": "qv-again", "source": source})
                 assert r.status_code == 201, r.text
                 assert r.json()["state"] in ("cpu", "resident")
                 texts = await asyncio.gather(*(complete(c, "qv-again", p, lora_kit.NEW_TOKENS) for p in prompts))
                 assert texts == [expect[(i, "qv-r4")] for i in range(len(prompts))], round_
-                assert (await c.delete("/v1/adapters/qv-again")).status_code == 204
+                assert (await admin.delete("/v1/adapters/qv-again")).status_code == 204
                 r = await c.post("/v1/completions", json=body("qv-again", prompts[0], 2))
                 assert r.status_code == 404
-                assert (await c.delete("/v1/adapters/qv-again")).status_code == 404
+                assert (await admin.delete("/v1/adapters/qv-again")).status_code == 404
 
-            r = await c.post("/v1/adapters", json={"name": "broken", "source": str(corrupt)})
+            r = await admin.post("/v1/adapters", json={"name": "broken", "source": str(corrupt)})
             assert r.status_code == 422 and "not valid JSON" in r.json()["error"]["message"]
-            listed = {a["name"]: a for a in (await c.get("/v1/adapters")).json()["data"]}
+            listed = {a["name"]: a for a in (await admin.get("/v1/adapters")).json()["data"]}
             assert listed["broken"]["state"] == "failed" and "not valid JSON" in listed["broken"]["error"]
-            assert (await c.post("/v1/adapters", json={"name": "attn-r8", "source": source})).status_code == 409
-            assert (await c.delete("/v1/adapters/broken")).status_code == 204
+            assert (await admin.post("/v1/adapters", json={"name": "attn-r8", "source": source})).status_code == 409
+            assert (await admin.delete("/v1/adapters/broken")).status_code == 204
 
             # An adapter with a running request cannot be unloaded.
             stream = c.stream("POST", "/v1/completions", json={**body("all-r32", prompts[0], 48), "stream": True})
@@ -82,7 +79,7 @@ def test_load_use_unload_reload_under_traffic(server, lora_engine, adapter_dirs,
                 lines = resp.aiter_lines()
                 while not (await anext(lines)).startswith("data:"):
                     pass
-                r = await c.delete("/v1/adapters/all-r32")
+                r = await admin.delete("/v1/adapters/all-r32")
                 assert r.status_code == 409 and r.json()["error"]["code"] == "adapter_in_use"
             for job, text in await background:
                 assert text == expect[job], job

@@ -167,3 +167,57 @@ def test_draft_model_speculation_is_refused_not_ignored():
     with pytest.raises(SpecError) as err:
         desired_state(body({"engine": {"speculative": {"method": "draft", "draftModel": "/models/draft"}}}), SETTINGS)
     assert "operator does not mount a draft checkpoint" in str(err.value)
+
+
+def test_no_admin_listener_without_a_credential_secret():
+    objs = objects()
+    cfg = engine_config(objs)
+    assert (cfg.admin_port, cfg.admin_token_file) == (None, None)
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    assert [p["name"] for p in pod["containers"][0]["ports"]] == ["http"]
+    assert not [v for v in pod["volumes"] if "secret" in v]
+
+
+def test_admin_listener_and_its_credential_from_a_secret():
+    objs = objects({"engine": {"adminCredentialSecret": "chat-admin", "adminPort": 9001}})
+    cfg = engine_config(objs)
+    assert (cfg.admin_host, cfg.admin_port) == ("0.0.0.0", 9001)
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    engine = pod["containers"][0]
+    assert {"name": "admin", "containerPort": 9001, "protocol": "TCP"} in engine["ports"]
+    (mount,) = [m for m in engine["volumeMounts"] if cfg.admin_token_file.startswith(m["mountPath"] + "/")]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "chat-admin"
+    assert volume["secret"]["items"] == [{"key": "token", "path": cfg.admin_token_file.rsplit("/", 1)[1]}]
+    assert [p["port"] for p in objs["Service"]["spec"]["ports"]] == [8000]  # clients never reach it
+
+
+def test_adapter_roots_are_the_mounted_source_volumes():
+    from llmop.engine.lora.roots import AdapterRoots
+
+    objs = objects({
+        "model": {"source": "pvc://weights/llama3-8b", "name": "meta-llama/Meta-Llama-3-8B"},
+        "adapters": [{"name": "sql", "source": "s3://bucket/sql"}, {"name": "tone", "source": "pvc://tenants/tone"}],
+    })  # fmt: skip
+    cfg = engine_config(objs)
+    assert cfg.adapter_roots == ["/models", "/mnt/pvc/weights", "/mnt/pvc/tenants"]
+    mounted = {m["mountPath"] for m in objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    assert set(cfg.adapter_roots) <= mounted
+    roots = AdapterRoots.of(cfg.adapter_roots)
+    for source in [cfg.model, *(a.source for a in cfg.adapters)]:
+        assert roots.resolve(source) == source
+    assert engine_config(objects()).adapter_roots == []  # the embedded model: nothing mounted, nothing loadable
+
+
+@pytest.mark.parametrize("field", ["admin_port", "admin_host", "admin_token_file", "adapter_roots"])
+def test_admin_fields_are_the_operators(field):
+    with pytest.raises(SpecError) as err:
+        desired_state(body({"engine": {"overrides": {field: None}}}), SETTINGS)
+    assert err.value.reason == "InvalidEngineConfig" and f"engine.overrides.{field}" in str(err.value)
+
+
+def test_an_admin_port_equal_to_the_inference_port_is_a_spec_error():
+    with pytest.raises(SpecError) as err:
+        desired_state(body({"engine": {"adminCredentialSecret": "chat-admin", "adminPort": 8000}}), SETTINGS)
+    assert err.value.reason == "InvalidEngineConfig" and "admin_port must differ from port" in str(err.value)

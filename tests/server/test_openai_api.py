@@ -102,7 +102,7 @@ def test_every_sampling_field_is_accepted(openai_client, model):
     r = openai_client.chat.completions.create(
         model=model, messages=CHAT, max_completion_tokens=5, temperature=0.8, top_p=0.9, seed=3,
         frequency_penalty=0.5, presence_penalty=0.2,
-        extra_body={"top_k": 20, "min_p": 0.05, "priority": 1, "min_tokens": 2, "repetition_penalty": 1.1,
+        extra_body={"top_k": 20, "min_p": 0.05, "min_tokens": 2, "repetition_penalty": 1.1,
                     "ignore_eos": True})
     assert r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length"
 
