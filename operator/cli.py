@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     # kopf's formatter names the object ([namespace/name]) in every per-object line.
     kopf.configure(verbose=args.verbose, log_format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                    log_prefix=True)  # fmt: skip
-    handlers.init(args.kubeconfig)
+    handlers.init(args.kubeconfig, namespaced=bool(args.namespace))
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,
