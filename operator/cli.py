@@ -7,7 +7,6 @@ Credentials: in-cluster when running in a pod, else --kubeconfig / KUBECONFIG.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 
 
@@ -26,9 +25,10 @@ def run(args: argparse.Namespace) -> int:
 
     from llmop.operator import handlers
 
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
-    handlers.init(args.kubeconfig)
+    # kopf's formatter names the object ([namespace/name]) in every per-object line.
+    kopf.configure(verbose=args.verbose, log_format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                   log_prefix=True)  # fmt: skip
+    handlers.init(args.kubeconfig, namespaced=bool(args.namespace))
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,

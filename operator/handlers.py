@@ -34,9 +34,11 @@ OWNED = [("", "v1", "configmaps"), ("", "v1", "services"), ("apps", "v1", "deplo
 _state: dict[str, Reconciler] = {}
 
 
-def init(kubeconfig: str | None = None, settings: Settings | None = None) -> Reconciler:
-    """Create the reconciler the handlers use (called by `llmop operator` before kopf starts)."""
+def init(kubeconfig: str | None = None, settings: Settings | None = None, namespaced: bool = False) -> Reconciler:
+    """Create the reconciler the handlers use (called by `llmop operator` before kopf starts).
+    `namespaced`: the operator watches given namespaces only, with no cluster-scoped access."""
     settings = settings or Settings.from_env()
+    _state["namespaced"] = namespaced
     _state["reconciler"] = Reconciler(Kube(make_api_client(kubeconfig), settings.field_manager), settings)
     for name in HANDLER_MODULES:
         if importlib.util.find_spec(name) is not None:
@@ -71,6 +73,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.posting.enabled = False
+    # Watching given namespaces, the operator holds a Role there and nothing cluster-wide: kopf's
+    # scanning of CRDs and namespaces (cluster-scoped lists it would retry, then fall back from)
+    # is off, and the namespaces are taken as given.
+    settings.scanning.disabled = bool(_state.get("namespaced"))
     settings.execution.max_workers = 8
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60

@@ -55,11 +55,11 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     return None
 
 
-def install_chart(cluster, *values: str) -> None:
+def install_chart(cluster, *values: str, release: str = RELEASE, namespace: str = OPERATOR_NS) -> None:
     """helm upgrade --install of the chart (CRD, ServiceAccount, RBAC, operator Deployment)."""
     sets = [arg for v in values for arg in ("--set", v)]
     out = subprocess.run(
-        [str(cluster.helm_path), "upgrade", "--install", RELEASE, str(CHART), "--namespace", OPERATOR_NS,
+        [str(cluster.helm_path), "upgrade", "--install", release, str(CHART), "--namespace", namespace,
          "--create-namespace", *sets],
         capture_output=True, text=True, env=cluster.env(), timeout=180,
     )  # fmt: skip
@@ -68,9 +68,10 @@ def install_chart(cluster, *values: str) -> None:
     eventually(lambda: condition(kubectl_json(cluster, "crd", CRD_NAME), "Established"), what="CRD established")
 
 
-def service_account_kubeconfig(cluster, path: Path) -> Path:
+def service_account_kubeconfig(cluster, path: Path, account: str = SERVICE_ACCOUNT,
+                               namespace: str = OPERATOR_NS) -> Path:
     """A kubeconfig that authenticates as the chart's ServiceAccount (a bound token, 24 h)."""
-    token = cluster.kubectl("create", "token", SERVICE_ACCOUNT, "-n", OPERATOR_NS, "--duration=24h").stdout.strip()
+    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=24h").stdout.strip()
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
     ctx = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
     cfg = {
@@ -89,13 +90,14 @@ def service_account_kubeconfig(cluster, path: Path) -> Path:
 class OperatorProcess:
     """`llmop operator` as a child process; its log goes to a file."""
 
-    def __init__(self, kubeconfig: Path, log: Path, env: dict[str, str] | None = None):
-        self.kubeconfig, self.log, self.env = kubeconfig, log, env or {}
+    def __init__(self, kubeconfig: Path, log: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
+        self.kubeconfig, self.log, self.env, self.args = kubeconfig, log, env or {}, tuple(args)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONSAFEPATH": "1", **self.env}
-        cmd = [sys.executable, "-m", "llmop.cli", "operator", "--kubeconfig", str(self.kubeconfig), "--liveness", ""]
+        cmd = [sys.executable, "-m", "llmop.cli", "operator", "--kubeconfig", str(self.kubeconfig), "--liveness", "",
+               *self.args]
         self.proc = subprocess.Popen(cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=env, cwd="/")
 
     def kill(self) -> None:

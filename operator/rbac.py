@@ -1,7 +1,10 @@
-"""The least the operator needs from the API server, as RBAC rules: one list, rendered into the chart.
+"""The least the operator needs from the API server, as RBAC rules, rendered into the chart.
 
-`llmop.operator.crdgen` writes these rules into the Helm chart (cluster-wide ClusterRole, or a
-namespaced Role when the operator watches one namespace), so code and chart cannot disagree.
+`RULES` are on namespaced resources: a ClusterRole grants them everywhere (the default), a Role
+in the watched namespace grants them there (`watchNamespace`). `CLUSTER_RULES` are on cluster-scoped
+resources, which no Role can grant: they are only in the cluster-wide ClusterRole, and the
+namespaced mode needs none (kopf's cluster scanning is off there, see `handlers.configure`).
+`llmop.operator.crdgen` writes both into the Helm chart, so code and chart cannot disagree.
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": [*_OWN, "delete"]},
     # Engine pods: readiness and metrics targets for the autoscaler.
     {"apiGroups": [""], "resources": ["pods"], "verbs": _READ},
-    # kopf watches the CRDs it serves (to notice them being installed or removed).
-    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": _READ},
     # Events for decisions and failures.
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+
+CLUSTER_RULES: list[dict[str, Any]] = [
+    # kopf watches the CRDs it serves (to notice them being installed or removed); cluster-wide only.
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": _READ},
 ]

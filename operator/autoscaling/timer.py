@@ -1,4 +1,4 @@
-"""The kopf timer that runs the autoscaler for every LLMDeployment: collect, decide, write /scale.
+"""The kopf daemon that runs the autoscaler for every LLMDeployment: collect, decide, write /scale.
 
 One tick: read /scale (current replicas and the pod selector), find the targets (ready pods, or
 `metrics.targets`), collect per-pod samples (scrape, or Prometheus), call the pure `decide`, write
@@ -6,8 +6,10 @@ replicas only through the /scale subresource (so GitOps, which owns `spec`, neve
 write status.autoscaling (signal per pod and aggregated, desired vs current, last decision, short
 history, conditions). An Event is posted on every scale and when metrics go missing.
 
-kopf ticks every `TICK_SECONDS` (env LLMOP_AUTOSCALER_TICK_SECONDS); each LLMDeployment decides
-only when its own `autoscaling.intervalSeconds` has passed. The blocking work runs in a thread.
+The daemon ticks every `TICK_SECONDS` (env LLMOP_AUTOSCALER_TICK_SECONDS); each LLMDeployment
+decides only when its own `autoscaling.intervalSeconds` has passed. The blocking work runs in a
+thread. Its log is news only: a decision at INFO when it changes (`log_level`), an error at WARNING
+when it first appears, everything else at DEBUG.
 Registered by importing this module (operator/handlers.py does, in `init`, and this module uses
 the API client and Event poster `init` made).
 """
@@ -15,6 +17,7 @@ the API client and Event poster `init` made).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -48,6 +51,7 @@ class TimerState:
     last_tick: float = 0.0
     hpa_applied: bool | None = None  # None: unknown (first tick after start)
     last_status: AutoscalingStatus | None = None  # what this process wrote last (fresher than kopf's body)
+    last_error: str | None = None  # the last tick's failure, logged at WARNING once
 
 
 def _kube():
@@ -138,14 +142,25 @@ def _metrics_went_missing(prev: AutoscalingStatus | None, new: AutoscalingStatus
     return available(new) == "False" and available(prev) != "False"
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, id="autoscaler", interval=TICK_SECONDS)
-async def autoscaler(body, spec, status, name, namespace, memo, logger, **_) -> None:
-    """Every tick: decide for this LLMDeployment if its interval has passed."""
+def log_level(prev: AutoscalingStatus | None, result: Result) -> int:
+    """INFO when the decision is news (a scale, a new desired count, the first decision this
+    process makes), DEBUG for a tick that re-decides what was already decided."""
+    if result.changed or prev is None or prev.desired_replicas != result.desired:
+        return logging.INFO
+    return logging.DEBUG
+
+
+def error_level(previous: str | None, error: str) -> int:
+    """WARNING for a new error, DEBUG while the same error repeats tick after tick."""
+    return logging.DEBUG if previous == error else logging.WARNING
+
+
+async def _tick(body, spec, status, name: str, namespace: str, state: TimerState, logger) -> None:
+    """Decide for this LLMDeployment if its interval has passed."""
     try:
-        auto = AutoscalingSpec.model_validate(spec.get("autoscaling") or {})
+        auto = AutoscalingSpec.model_validate(dict(spec).get("autoscaling") or {})
     except ValidationError:
         return  # the reconciler reports an invalid spec; nothing to scale on
-    state: TimerState = memo.setdefault("llmop_autoscaler", TimerState())
     now = time.time()
     if now - state.last_tick < auto.interval_seconds:
         return
@@ -158,12 +173,13 @@ async def autoscaler(body, spec, status, name, namespace, memo, logger, **_) -> 
         return
     result, prev, new = await asyncio.to_thread(
         tick, api, name, namespace, dict(status), auto, state, now)
+    logger.log(log_level(prev, result), "autoscaler: %s -> %s replicas: %s: %s", result.current,
+               result.desired, result.reason, result.message)
     events = []
     if result.changed:
         verb = "ScaledUp" if result.desired > result.current else "ScaledDown"
         events.append(("Normal", verb, f"{result.current} -> {result.desired} replicas: "
                        f"{result.reason}: {result.message}"))
-        logger.info("autoscaler %s: %s", verb, result.message)
     if _metrics_went_missing(prev, new):
         events.append(("Warning", "MetricsMissing", result.message))
     for event in events:
@@ -171,3 +187,18 @@ async def autoscaler(body, spec, status, name, namespace, memo, logger, **_) -> 
             await asyncio.to_thread(kube.event, dict(body), *event)
         except Exception as err:  # noqa: BLE001 - an Event is best-effort; the scale already happened
             logger.warning("autoscaler: could not post Event %s: %s", event[1], err)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, id="autoscaler", cancellation_timeout=10)
+async def autoscaler(body, spec, status, name, namespace, memo, logger, stopped, **_) -> None:
+    """One loop per LLMDeployment, a tick every `TICK_SECONDS` (a daemon rather than a kopf timer:
+    kopf logs every run of a timer at INFO). `body`, `spec` and `status` are kopf's live views."""
+    state: TimerState = memo.setdefault("llmop_autoscaler", TimerState())
+    while not stopped:
+        try:
+            await _tick(body, spec, status, name, namespace, state, logger)
+            state.last_error = None
+        except Exception as err:  # noqa: BLE001 - API trouble: retry next tick, never end the loop
+            logger.log(error_level(state.last_error, str(err)), "autoscaler tick failed: %s", err)
+            state.last_error = str(err)
+        await stopped.wait(TICK_SECONDS)

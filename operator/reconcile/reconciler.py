@@ -70,22 +70,31 @@ class Reconciler:
                 self._pending.discard(key)
 
     def _fetch_and_reconcile(self, namespace: str, name: str) -> Outcome | None:
+        with self._locks[(namespace, name)]:
+            body = self._latest(namespace, name)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                return None  # the garbage collector removes what it owned
+            return self._reconcile(body)
+
+    def _latest(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The LLMDeployment as stored now, None when it is gone. Read under the object's lock: a
+        body read before it may predate the status the previous holder wrote, and deciding from
+        that status would post that holder's Events (Sized, …) a second time."""
         try:
-            body = self.kube.get_llmdeployment(namespace, name)
+            return self.kube.get_llmdeployment(namespace, name)
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        return self.reconcile(body)
 
     def reconcile(self, body: dict[str, Any]) -> Outcome:
-        """Bring the cluster to the state `body` describes. Raises SpecError (after recording it in
-        status and an Event) for a spec that cannot work; ApiException for the caller to retry."""
+        """Bring the cluster to the state the LLMDeployment describes (as stored now: `body` only
+        names it). Raises SpecError (after recording it in status and an Event) for a spec that
+        cannot work; ApiException for the caller to retry."""
         m = body["metadata"]
         if m.get("deletionTimestamp"):
             return Outcome(0, False)  # the garbage collector removes what it owned
-        with self._locks[(m["namespace"], m["name"])]:
-            return self._reconcile(body)
+        return self._fetch_and_reconcile(m["namespace"], m["name"]) or Outcome(0, False)
 
     def _reconcile(self, body: dict[str, Any]) -> Outcome:
         m, old = body["metadata"], body.get("status") or {}

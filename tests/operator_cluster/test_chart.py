@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness import CHART, OPERATOR_NS, RELEASE, get
-from llmop.operator.rbac import RULES
+from llmop.operator.rbac import CLUSTER_RULES, RULES
 
 pytestmark = pytest.mark.k8s
 
@@ -24,13 +24,13 @@ def test_lint(k8s_cluster):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("namespace,kind", [("", "ClusterRole"), ("ml", "Role")])
-def test_template_rbac(k8s_cluster, namespace, kind):
+@pytest.mark.parametrize("namespace,kind,rules", [("", "ClusterRole", RULES + CLUSTER_RULES), ("ml", "Role", RULES)])
+def test_template_rbac(k8s_cluster, namespace, kind, rules):
     out = helm(k8s_cluster, "template", "x", str(CHART), "--set", f"watchNamespace={namespace}")
     assert out.returncode == 0, out.stderr
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
-    (role,) = [d for d in docs if d["kind"] == kind]
-    assert role["rules"] == RULES
+    (role,) = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    assert role["kind"] == kind and role["rules"] == rules
     (dep,) = [d for d in docs if d["kind"] == "Deployment"]
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == (["operator", f"--namespace={namespace}"] if namespace else ["operator"])
@@ -43,5 +43,5 @@ def test_values_schema_rejects_unknown_values(k8s_cluster):
 
 def test_installed(k8s_cluster, operator):
     assert get(k8s_cluster, "deployment", RELEASE, OPERATOR_NS)
-    assert get(k8s_cluster, "clusterrole", RELEASE, "default")["rules"] == RULES
+    assert get(k8s_cluster, "clusterrole", RELEASE, "default")["rules"] == RULES + CLUSTER_RULES
     assert operator.proc.poll() is None, operator.tail()
