@@ -179,6 +179,7 @@ def load_image(layout: Layout, spec: images.ImageSpec, log: Callable[[str], None
     """Build (if needed) one of the project's images and put it in the node's containerd."""
     ref = images.ensure_built(spec, log)
     socket = node_layout(layout).containerd_socket
+    images.load_into_containerd(socket, images.ensure_pause(log), log)  # every pod's sandbox
     images.load_into_containerd(socket, ref, log)
     images.prune(socket, spec, keep=ref)
     return ref

@@ -106,6 +106,9 @@ def containerd_config(layout: NodeLayout) -> str:
         '  address = ""',
         f"[{cri}]",
         f'  sandbox_image = "{PAUSE_IMAGE}"',
+        # Sandboxes get oom_score_adj -998, which needs CAP_SYS_RESOURCE; machines whose root lacks
+        # it (this build machine) fail every pod with "can't get final child's PID from pipe".
+        "  restrict_oom_score_adj = true",
         '  stream_server_address = "127.0.0.1"',
         "  enable_cdi = false",
         f"[{cri}.containerd]",

@@ -29,6 +29,7 @@ def test_everything_listens_on_loopback_or_the_bridge_and_keeps_off_the_system_c
     toml = realnode.containerd_config(node)
     assert f'address = "{node.containerd_socket}"' in toml and "SystemdCgroup = false" in toml
     assert f'sandbox_image = "{realnode.PAUSE_IMAGE}"' in toml
+    assert "restrict_oom_score_adj = true" in toml  # root without CAP_SYS_RESOURCE can run pods
     assert f'conf_dir = "{node.cni_conf_dir}"' in toml
 
 
