@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llmop.operator.api.llmdeployment import GROUP, KIND, PLURAL, VERSION
 from llmop.operator.build.desired import SpecError
-from llmop.operator.build.meta import MANAGED_BY
+from llmop.operator.build.meta import ENGINE_NAME, INSTANCE_LABEL, MANAGED_BY
 from llmop.operator.build.settings import Settings
 from llmop.operator.kube.client import Kube, make_api_client
 from llmop.operator.reconcile.reconciler import Reconciler
@@ -127,3 +127,23 @@ def _owned_changed(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa
 
 for _group, _version, _plural in OWNED:
     kopf.on.event(_group, _version, _plural, labels=MANAGED_BY)(_owned_changed)
+
+
+def _pod_not_ready(body: kopf.Body, **_: Any) -> bool:
+    """Only pods that are not (yet) ready can bring news the Deployment's status does not: the
+    scheduler's or kubelet's reason (readiness changes reach the owner through its Deployment)."""
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@kopf.on.event("", "v1", "pods", labels=ENGINE_NAME, when=_pod_not_ready)
+def _engine_pod_changed(body: kopf.Body, **_: Any) -> None:
+    """An engine pod that is not ready changed (unschedulable, image pull failing, crash looping):
+    the owner's status and Events say why (`reconcile.pods`)."""
+    name = body.get("metadata", {}).get("labels", {}).get(INSTANCE_LABEL)
+    if not name:
+        return
+    try:
+        _run(reconciler().reconcile_named, body["metadata"]["namespace"], name)
+    except kopf.PermanentError:
+        pass  # recorded in the owner's status by the reconcile itself

@@ -13,6 +13,7 @@ from llmop.operator.api.llmdeployment import API_VERSION, KIND
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "llmop"}
 ENGINE_NAME = {"app.kubernetes.io/name": "llmop-engine"}
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # on engine pods: the LLMDeployment's name
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Owner:
 
     def selector_labels(self) -> dict[str, str]:
         """The labels that select this LLMDeployment's engine pods (immutable in a Deployment)."""
-        return {"app.kubernetes.io/instance": self.name, **ENGINE_NAME}
+        return {INSTANCE_LABEL: self.name, **ENGINE_NAME}
 
     def selector(self) -> str:
         """The selector as a string, for status.selector and the /scale subresource."""

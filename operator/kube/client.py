@@ -25,6 +25,7 @@ PLURALS = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
     "Event": "events",
+    "Pod": "pods",
     KIND: PLURAL,
 }
 
@@ -85,6 +86,11 @@ class Kube:
     def get_llmdeployment(self, namespace: str, name: str) -> dict[str, Any]:
         """The LLMDeployment as stored (raises ApiException 404 when it is gone)."""
         return self._call("GET", object_path(f"{GROUP}/{VERSION}", KIND, namespace, name))
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The pods matching a label selector (API dicts, camelCase)."""
+        path = object_path("v1", "Pod", namespace)
+        return self._call("GET", path, query=[("labelSelector", selector)]).get("items", [])
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch the LLMDeployment's status subresource (the operator never writes spec)."""

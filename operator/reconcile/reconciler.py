@@ -21,6 +21,7 @@ from llmop.operator.build.settings import Settings
 from llmop.operator.kube.client import Kube
 from llmop.operator.api.conditions import get_condition
 from llmop.operator.api.timestamps import rfc3339
+from llmop.operator.reconcile.pods import PodTrouble, diagnose
 from llmop.operator.reconcile.status import ConditionType, Reason, changed, failed_status, healthy_status
 
 log = logging.getLogger("llmop.operator")
@@ -105,9 +106,15 @@ class Reconciler:
             self._write_status(body, old, new)
             raise
         stored = {o["kind"]: self.kube.apply(o) for o in desired.objects}
-        new = healthy_status(old, desired, stored["Deployment"], rfc3339())
+        new = healthy_status(old, desired, stored["Deployment"], rfc3339(), self._trouble(desired, stored["Deployment"]))
         written = self._write_status(body, old, new)
         return Outcome(len(stored), written)
+
+    def _trouble(self, desired, deployment: dict[str, Any]) -> PodTrouble | None:
+        """Why engine pods are not running; the pods are listed only while some are not ready."""
+        if ((deployment.get("status") or {}).get("readyReplicas") or 0) >= desired.spec.replicas:
+            return None
+        return diagnose(self.kube.list_pods(desired.owner.namespace, desired.owner.selector()))
 
     def _write_status(self, body: dict[str, Any], old: dict[str, Any], new: dict[str, Any]) -> bool:
         """Patch status only when it changes (no resourceVersion churn); an Event per transition."""
@@ -133,5 +140,7 @@ def transitions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str
         if (cond["type"] == ConditionType.PROGRESSING or cond["reason"] == Reason.WAITING_FOR_REPLICAS
                 or (before is None and not bad)):
             continue  # progress is visible in status; only report news
-        events.append(("Warning" if bad else "Normal", cond["reason"], cond["message"] or cond["type"]))
+        event = ("Warning" if bad else "Normal", cond["reason"], cond["message"] or cond["type"])
+        if event not in events:  # Ready and Degraded saying the same thing: one Event
+            events.append(event)
     return events

@@ -10,6 +10,7 @@ from typing import Any
 from llmop.operator.build.desired import DesiredState, SpecError
 from llmop.operator.build.errors import SpecCondition
 from llmop.operator.build.engine_config import served_name
+from llmop.operator.reconcile.pods import PodTrouble
 from llmop.operator.api.conditions import set_condition
 from llmop.operator.sizing.report import to_status
 
@@ -69,16 +70,22 @@ def _deployment_failure(deployment: dict[str, Any]) -> tuple[bool, str, str]:
 
 
 def healthy_status(
-    old: dict[str, Any], desired: DesiredState, deployment: dict[str, Any], now: str
+    old: dict[str, Any], desired: DesiredState, deployment: dict[str, Any], now: str,
+    trouble: PodTrouble | None = None,
 ) -> dict[str, Any]:
-    """Status after a successful apply."""
+    """Status after a successful apply. `trouble`: why engine pods cannot run (`pods.diagnose`);
+    while not all replicas are ready it is the reason Ready is False and Degraded True."""
     gen, plan = desired.owner.generation, desired.plan
     conds = list(old.get("conditions") or [])
     conds = set_condition(conds, ConditionType.SIZING_VALID, True, Reason.SIZED, plan.summary(), now, gen)
     ready, reason, message, progressing, preason = _rollout(desired, deployment)
+    failed, freason, fmessage = _deployment_failure(deployment)
+    if trouble is not None and ready == "False" and reason is Reason.WAITING_FOR_REPLICAS:
+        message = f"{message}: {trouble.message}"
+        # The same reason and words on Ready and Degraded: one Event (see `transitions`).
+        reason, failed, freason, fmessage = trouble.reason, True, trouble.reason, message
     conds = set_condition(conds, ConditionType.READY, ready, reason, message, now, gen)
     conds = set_condition(conds, ConditionType.PROGRESSING, progressing, preason, message, now, gen)
-    failed, freason, fmessage = _deployment_failure(deployment)
     conds = set_condition(conds, ConditionType.DEGRADED, failed, freason, fmessage, now, gen)
     st = deployment.get("status") or {}
     return {
