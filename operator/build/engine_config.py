@@ -70,8 +70,8 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
         ],
         "adapter_roots": sources.roots(),
     }
-    if spec.accelerator.type is AcceleratorType.CPU:
-        fields["device"] = "cpu"  # a GPU pod keeps "auto": CUDA where the node has it
+    # A GPU pod says "auto": CUDA where the node has it, so one image serves both.
+    fields["device"] = "cpu" if spec.accelerator.type is AcceleratorType.CPU else "auto"
     if engine.admin_credential_secret:  # docs/security.md
         fields.update(admin_host="0.0.0.0", admin_port=engine.admin_port,
                       admin_token_file=f"{ADMIN_DIR}/{ADMIN_TOKEN_KEY}")
