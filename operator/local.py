@@ -1,9 +1,9 @@
 """Running the operator outside a cluster, against a dev control plane: for the demo and the tests.
 
-The dev plane's nodes are kwok fakes: the chart's operator pod is scheduled but runs no process.
-So the chart is installed for real (CRD, ServiceAccount, RBAC, Deployment) and the operator runs
-here as a child process that authenticates *as the chart's ServiceAccount*: what reconciles is
-exactly what the chart grants, nothing more.
+The chart's operator pod does not run here (it would be scheduled on a kwok node, and the API
+server listens on loopback only). So the chart is installed for real (CRD, ServiceAccount, RBAC,
+Deployment) and the operator runs here as a child process that authenticates *as the chart's
+ServiceAccount*: what reconciles is exactly what the chart grants, nothing more.
 """
 
 from __future__ import annotations
@@ -117,3 +117,49 @@ class OperatorProcess:
 
     def tail(self, n: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:]) if self.log.exists() else ""
+
+
+class OperatorSlot:
+    """At most one `llmop operator` on a dev plane at a time, for a test session.
+
+    Two operators watching the same objects undo each other's writes: one rendering another
+    engine image than the other makes the Deployment flip between two ReplicaSets forever. So
+    asking for an operator with other settings stops the running one first; asking again for
+    the same settings returns the running one (started again if it died)."""
+
+    def __init__(self, cluster, workdir: Path):
+        self.cluster, self.workdir = cluster, workdir
+        self.current: OperatorProcess | None = None
+        self._key: tuple | None = None
+        self._started = 0
+        self._chart = False
+
+    def run(self, env: dict[str, str] | None = None, args: tuple[str, ...] = (),
+            account: str = SERVICE_ACCOUNT, namespace: str = OPERATOR_NS) -> OperatorProcess:
+        """The operator running as ServiceAccount `namespace/account` with `env` and `args`; the
+        chart's default release is installed first when that is its account (once)."""
+        env = dict(env or {})
+        if (account, namespace) == (SERVICE_ACCOUNT, OPERATOR_NS) and not self._chart:
+            install_chart(self.cluster)
+            self._chart = True
+        key = (account, namespace, tuple(sorted(env.items())), tuple(args))
+        if self.current is not None and key == self._key:
+            if self.current.proc is None or self.current.proc.poll() is not None:
+                self.current.start()
+            return self.current
+        self.stop()
+        self._started += 1
+        work = self.workdir / f"operator-{self._started}"
+        work.mkdir(parents=True, exist_ok=True)
+        kubeconfig = service_account_kubeconfig(self.cluster, work / "kubeconfig", account, namespace)
+        # KUBECONFIG too: kopf's login reads the kubernetes client's default path.
+        proc = OperatorProcess(kubeconfig, work / "operator.log", {"KUBECONFIG": str(kubeconfig), **env}, args)
+        proc.start()
+        self.current, self._key = proc, key
+        return proc
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.current.stop()
+        self.current, self._key = None, None
+

@@ -53,6 +53,29 @@ def real_node(k8s_cluster):
     return session_real_node()
 
 
+# operator_slot: the one `llmop operator` of the session (llmop.operator.local.OperatorSlot); a
+#   fixture asks it for an operator with its settings, which stops any other first. A failed test
+#   that used it gets the operator's log tail in its report.
+
+
+@pytest.fixture(scope="session")
+def operator_slot(k8s_cluster, tmp_path_factory):
+    from llmop.operator.local import OperatorSlot
+
+    slot = OperatorSlot(k8s_cluster, tmp_path_factory.mktemp("operators"))
+    yield slot
+    slot.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    slot = getattr(item, "funcargs", {}).get("operator_slot")
+    if report.failed and slot is not None and slot.current is not None:
+        report.sections.append(("operator log", slot.current.tail()))
+
+
 # ---- end dev cluster ----
 
 

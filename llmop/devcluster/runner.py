@@ -166,7 +166,8 @@ def api(layout: Layout, ports: Ports, path: str, method: str = "GET", body: dict
         return status, raw.decode(errors="replace")
 
 
-def _log_tail(layout: Layout, name: str, lines: int = 25) -> str:
+def log_tail(layout: Layout, name: str, lines: int = 25) -> str:
+    """The last lines of a component's log file."""
     try:
         return "\n".join((layout.logs / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -180,7 +181,7 @@ def _wait(what: str, check, layout: Layout, watch: list[str], deadline: float) -
             return
         for name in watch:
             if _alive(layout.pids / name) is None:
-                raise ClusterError(f"{name} exited while waiting for {what}; {layout.logs / (name + '.log')}:\n{_log_tail(layout, name)}")
+                raise ClusterError(f"{name} exited while waiting for {what}; {layout.logs / (name + '.log')}:\n{log_tail(layout, name)}")
         if time.monotonic() > deadline:
             raise ClusterError(f"timed out waiting for {what}; logs in {layout.logs}")
         time.sleep(0.2)

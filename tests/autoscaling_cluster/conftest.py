@@ -12,21 +12,11 @@ sys.path.insert(0, str(Path(__file__).parent))  # the tests import `processes` (
 
 from processes import Engine  # noqa: E402
 
-from llmop.operator.local import OperatorProcess, install_chart, service_account_kubeconfig  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def autoscaler_operator(k8s_cluster, tmp_path_factory):
-    install_chart(k8s_cluster)
-    workdir = tmp_path_factory.mktemp("autoscaler-operator")
-    kubeconfig = service_account_kubeconfig(k8s_cluster, workdir / "kubeconfig")
-    # KUBECONFIG in the environment too: kopf's login reads the kubernetes client's default path,
-    # which that library fixes when it is first imported.
-    proc = OperatorProcess(kubeconfig, workdir / "operator.log",
-                           env={"LLMOP_AUTOSCALER_TICK_SECONDS": "1", "KUBECONFIG": str(kubeconfig)})
-    proc.start()
-    yield proc
-    proc.stop()
+@pytest.fixture
+def autoscaler_operator(operator_slot):
+    return operator_slot.run(env={"LLMOP_AUTOSCALER_TICK_SECONDS": "1"})
 
 
 @pytest.fixture
@@ -52,7 +42,6 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     funcargs = getattr(item, "funcargs", {})
     if report.failed:
-        for key in ("autoscaler_operator", "engine"):
-            proc = funcargs.get(key)
-            if proc is not None:
-                report.sections.append((f"{key} log", proc.tail()))
+        proc = funcargs.get("engine")
+        if proc is not None:
+            report.sections.append(("engine log", proc.tail()))

@@ -10,17 +10,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the tests import `harness` (pytest importlib mode)
 
-from harness import OperatorProcess, install_chart, new_namespace, service_account_kubeconfig
+from harness import new_namespace
 
 
-@pytest.fixture(scope="session")
-def operator(k8s_cluster, tmp_path_factory):
-    install_chart(k8s_cluster)
-    workdir = tmp_path_factory.mktemp("operator")
-    proc = OperatorProcess(service_account_kubeconfig(k8s_cluster, workdir / "kubeconfig"), workdir / "operator.log")
-    proc.start()
-    yield proc
-    proc.stop()
+@pytest.fixture
+def operator(operator_slot):
+    return operator_slot.run()
 
 
 @pytest.fixture
@@ -28,12 +23,3 @@ def ns(k8s_cluster, operator):
     name = new_namespace(k8s_cluster)
     yield name
     k8s_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    proc = item.funcargs.get("operator") if hasattr(item, "funcargs") else None
-    if report.failed and isinstance(proc, OperatorProcess):
-        report.sections.append(("operator log", proc.tail()))

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from harness import CHART, apply, condition, eventually, get, new_namespace
-from llmop.operator.local import OperatorProcess, install_chart, service_account_kubeconfig
+from llmop.operator.local import install_chart
 
 pytestmark = pytest.mark.k8s
 
@@ -22,16 +22,14 @@ CLUSTER_SCOPED = {"customresourcedefinitions", "namespaces", "nodes", "clusterro
 
 
 @pytest.fixture
-def namespaced(k8s_cluster, tmp_path):
+def namespaced(k8s_cluster, operator_slot):
     """(watched namespace, another namespace, the operator process, its kubeconfig)."""
     home, watched, other = f"llmop-ns-{uuid.uuid4().hex[:6]}", new_namespace(k8s_cluster), new_namespace(k8s_cluster)
     install_chart(k8s_cluster, f"watchNamespace={watched}", release=RELEASE, namespace=home)
-    kubeconfig = service_account_kubeconfig(k8s_cluster, tmp_path / "kubeconfig", account=RELEASE, namespace=home)
-    proc = OperatorProcess(kubeconfig, tmp_path / "operator.log", args=("--namespace", watched),
-                           env={"KUBECONFIG": str(kubeconfig), "LLMOP_FIELD_MANAGER": MANAGER})  # fmt: skip
-    proc.start()
-    yield watched, other, proc, kubeconfig
-    proc.stop()
+    proc = operator_slot.run(env={"LLMOP_FIELD_MANAGER": MANAGER}, args=("--namespace", watched),
+                             account=RELEASE, namespace=home)  # fmt: skip
+    yield watched, other, proc, proc.kubeconfig
+    operator_slot.stop()
     subprocess.run([str(k8s_cluster.helm_path), "uninstall", RELEASE, "-n", home], env=k8s_cluster.env(),
                    capture_output=True, timeout=120)  # fmt: skip
     for ns in (home, watched, other):

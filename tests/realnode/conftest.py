@@ -1,5 +1,6 @@
 """Fixtures for tests that run real pods: the real node up with the engine image loaded, and the
-operator (on the host, as the chart's ServiceAccount) rendering that image."""
+operator (on the host, as the chart's ServiceAccount) rendering that image. A failed test's
+report shows the pods, the namespace's Events and the kubelet's log tail."""
 
 from __future__ import annotations
 
@@ -7,18 +8,10 @@ import uuid
 
 import pytest
 
-from llmop.operator.local import OperatorProcess, install_chart, service_account_kubeconfig
 
-
-@pytest.fixture(scope="module")
-def pod_operator(k8s_cluster, real_node, tmp_path_factory):
-    install_chart(k8s_cluster)
-    workdir = tmp_path_factory.mktemp("operator")
-    proc = OperatorProcess(service_account_kubeconfig(k8s_cluster, workdir / "kubeconfig"), workdir / "operator.log",
-                           env={"LLMOP_ENGINE_IMAGE": real_node.engine_image})  # fmt: skip
-    proc.start()
-    yield proc
-    proc.stop()
+@pytest.fixture
+def pod_operator(operator_slot, real_node):
+    return operator_slot.run(env={"LLMOP_ENGINE_IMAGE": real_node.engine_image})
 
 
 @pytest.fixture
@@ -33,6 +26,16 @@ def pod_ns(k8s_cluster, pod_operator):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    proc = item.funcargs.get("pod_operator") if hasattr(item, "funcargs") else None
-    if report.failed and isinstance(proc, OperatorProcess):
-        report.sections.append(("operator log", proc.tail()))
+    funcargs = getattr(item, "funcargs", {})
+    cluster, ns = funcargs.get("k8s_cluster"), funcargs.get("pod_ns")
+    if not (report.failed and cluster and ns):
+        return
+    from llmop.devcluster import runner
+
+    for title, args in (("pods (all namespaces)", ("get", "pods", "-A", "-o", "wide")),
+                        ("replica sets", ("get", "rs", "-n", ns, "-o", "wide")),
+                        ("events", ("get", "events", "-n", ns, "--sort-by=.lastTimestamp")),
+                        ("nodes", ("describe", "nodes", "llmop-node-0"))):  # fmt: skip
+        out = cluster.kubectl(*args, check=False)
+        report.sections.append((title, (out.stdout + out.stderr)[-6000:]))
+    report.sections.append(("kubelet log", runner.log_tail(runner.default_layout(), "kubelet", 60)))
