@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from llmop.operator.build.desired import SpecError, desired_state
 from llmop.operator.build.settings import Settings
 from llmop.operator.kube.client import Kube
+from llmop.operator.kube.identity import ObjectKey
 from llmop.operator.api.conditions import get_condition
 from llmop.operator.api.timestamps import rfc3339
 from llmop.operator.reconcile.pods import PodTrouble, diagnose
@@ -105,8 +106,9 @@ class Reconciler:
             new = failed_status(old, err, int(m.get("generation", 1)), rfc3339())
             self._write_status(body, old, new)
             raise
-        stored = {o["kind"]: self.kube.apply(o) for o in desired.objects}
-        new = healthy_status(old, desired, stored["Deployment"], rfc3339(), self._trouble(desired, stored["Deployment"]))
+        stored = {ObjectKey.of(o): self.kube.apply(o) for o in desired.objects}
+        engine = stored[desired.engine]
+        new = healthy_status(old, desired, engine, rfc3339(), self._trouble(desired, engine))
         written = self._write_status(body, old, new)
         return Outcome(len(stored), written)
 
