@@ -18,6 +18,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from llmop.operator.api.conditions import is_true
 from llmop.operator.api.llmdeployment import GROUP, KIND, PLURAL, VERSION
 from llmop.operator.build.desired import SpecError
 from llmop.operator.build.meta import ENGINE_NAME, INSTANCE_LABEL, MANAGED_BY
@@ -132,8 +133,7 @@ for _group, _version, _plural in OWNED:
 def _pod_not_ready(body: kopf.Body, **_: Any) -> bool:
     """Only pods that are not (yet) ready can bring news the Deployment's status does not: the
     scheduler's or kubelet's reason (readiness changes reach the owner through its Deployment)."""
-    conditions = (body.get("status") or {}).get("conditions") or []
-    return not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return not is_true((body.get("status") or {}).get("conditions"), "Ready")
 
 
 @kopf.on.event("", "v1", "pods", labels=ENGINE_NAME, when=_pod_not_ready)
