@@ -82,3 +82,43 @@ def test_autoscaler_writes_as_its_own_manager_and_posts_events_as_the_operator()
     scaler = Autoscaler.beside(operator_kube)
     assert scaler.kube.field_manager == FIELD_MANAGER and scaler.kube.api is operator_kube.api
     assert scaler.events is operator_kube and scaler.kube.requests is not operator_kube.requests
+
+
+class OneTick:
+    """kopf's `stopped` flag, set after the first wait."""
+
+    def __init__(self):
+        self.waits = 0
+
+    def __bool__(self):
+        return self.waits > 0
+
+    async def wait(self, timeout):
+        self.waits += 1
+
+
+class RecordingEvents:
+    def __init__(self):
+        self.events = []
+
+    def event(self, body, type_, reason, message):
+        self.events.append((type_, reason))
+
+
+def test_daemon_takes_the_autoscaler_from_the_memo_and_posts_events_as_the_operator():
+    import asyncio
+    import logging
+
+    import kopf
+
+    from llmop.operator.autoscaling.timer import autoscaler
+
+    kube, events = RecordingKube(), RecordingEvents()
+    memo = kopf.Memo(operator=kopf.Memo(autoscaler=Autoscaler(kube, events)),
+                     llmop_autoscaler=TimerState(collector=BusyPods()))
+    spec = {"autoscaling": {"enabled": True, "maxReplicas": 8}}
+    asyncio.run(autoscaler(body=BODY, spec=spec, status={}, name="chat", namespace="ml", memo=memo,
+                           logger=logging.getLogger("t"), stopped=OneTick()))
+    assert memo.llmop_autoscaler.last_error is None
+    assert [c[0] for c in kube.calls] == ["delete", "get_scale", "list_pods", "patch_scale", "patch_status"]
+    assert events.events == [("Normal", "ScaledUp")]
