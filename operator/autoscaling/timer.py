@@ -21,6 +21,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import kopf
@@ -28,11 +29,11 @@ from pydantic import ValidationError
 
 from llmop.operator.api.llmdeployment import GROUP, PLURAL, VERSION
 from llmop.operator.build.meta import Owner
-from llmop.operator.kube.client import Kube
+from llmop.operator.kube.client import EventType, Kube
 
 from . import prometheus
 from .collect import PodsCollector
-from .decision import Policy, Result, decide
+from .decision import DecisionReason, Policy, Result, decide
 from .hpa import build_hpa, hpa_key
 from .spec import AutoscalingSpec, AutoscalingStatus
 from .state import METRICS_AVAILABLE, history_from_status, status_after
@@ -40,6 +41,14 @@ from .targets import Target, pod_targets, static_targets
 
 TICK_SECONDS = float(os.environ.get("LLMOP_AUTOSCALER_TICK_SECONDS", "1"))
 FIELD_MANAGER = "llmop-autoscaler"
+
+
+class ScaleEvent(StrEnum):
+    """Reasons of the autoscaler's Events (a scale in either direction; MetricsMissing is the
+    decision's own reason)."""
+
+    SCALED_UP = "ScaledUp"
+    SCALED_DOWN = "ScaledDown"
 
 
 @dataclass(frozen=True)
@@ -163,11 +172,11 @@ async def _tick(scaler: Autoscaler, body, spec, status, name: str, namespace: st
                result.desired, result.reason, result.message)
     events = []
     if result.changed:
-        verb = "ScaledUp" if result.desired > result.current else "ScaledDown"
-        events.append(("Normal", verb, f"{result.current} -> {result.desired} replicas: "
+        verb = ScaleEvent.SCALED_UP if result.desired > result.current else ScaleEvent.SCALED_DOWN
+        events.append((EventType.NORMAL, verb, f"{result.current} -> {result.desired} replicas: "
                        f"{result.reason}: {result.message}"))
     if _metrics_went_missing(prev, new):
-        events.append(("Warning", "MetricsMissing", result.message))
+        events.append((EventType.WARNING, DecisionReason.METRICS_MISSING, result.message))
     for event in events:
         try:
             await asyncio.to_thread(scaler.events.event, dict(body), *event)

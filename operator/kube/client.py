@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+from enum import StrEnum
 from typing import Any
 
 from kubernetes import client as k8s
@@ -32,6 +33,13 @@ PLURALS = {
     "Pod": "pods",
     KIND: PLURAL,
 }
+
+
+class EventType(StrEnum):
+    """core/v1 Event types: Warning for trouble a user should look at, Normal for news."""
+
+    NORMAL = "Normal"
+    WARNING = "Warning"
 
 
 def make_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
@@ -128,7 +136,7 @@ class Kube:
         return self._call("PATCH", _llmdeployment_path(namespace, name) + "/status", {"status": status}, query,
                           MERGE_PATCH)
 
-    def event(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    def event(self, body: dict[str, Any], type_: EventType, reason: str, message: str) -> None:
         """Post a core/v1 Event about the LLMDeployment `body` (`kubectl describe` shows it)."""
         m = body["metadata"]
         now = rfc3339()
