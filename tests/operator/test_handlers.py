@@ -53,3 +53,21 @@ def test_shutdown_logs_the_operator_kube_request_counts(caplog):
     with caplog.at_level(logging.INFO):
         handlers.report_requests(logger=logging.getLogger("t"), memo=handlers.kopf_memo(op))
     assert 'llmop api requests: {"PATCH": 3}' in caplog.text
+
+
+def test_llmop_operator_hands_kopf_one_operator_object(monkeypatch):
+    import argparse
+
+    from llmop.operator import cli, controllers
+
+    api = object()
+    monkeypatch.setattr(controllers, "make_api_client", lambda kubeconfig: api)
+    monkeypatch.setattr(kopf, "configure", lambda **_: None)
+    runs = []
+    monkeypatch.setattr(kopf, "run", lambda **kwargs: runs.append(kwargs))
+    args = argparse.Namespace(kubeconfig=None, namespace=["ml"], liveness="", verbose=False)
+    assert cli.run(args) == 0
+    op = runs[0]["memo"].operator
+    assert op.namespaced and runs[0]["namespaces"] == ["ml"] and not runs[0]["clusterwide"]
+    assert op.reconciler.kube is op.kube and op.autoscaler.events is op.kube
+    assert op.kube.api is api and op.autoscaler.kube.api is api
