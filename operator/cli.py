@@ -24,12 +24,14 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from llmop.operator import handlers
+    from llmop.operator.controllers import Operator
 
     # kopf's formatter names the object ([namespace/name]) in every per-object line.
     kopf.configure(verbose=args.verbose, log_format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                    log_prefix=True)  # fmt: skip
-    handlers.init(args.kubeconfig, namespaced=bool(args.namespace))
+    operator = Operator.create(args.kubeconfig, namespaced=bool(args.namespace))
     kopf.run(
+        memo=handlers.kopf_memo(operator),
         standalone=True,
         clusterwide=not args.namespace,
         namespaces=args.namespace,

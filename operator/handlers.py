@@ -4,51 +4,39 @@ Triggers: an LLMDeployment is created, its spec changes, the operator (re)starts
 changes (drift is reverted, Deployment progress reaches status) and a slow resync timer. Errors map
 to kopf's retry model: API trouble is a TemporaryError (retried with backoff), a spec that can never
 work is a PermanentError (recorded in status and an Event; retried only when the spec changes).
-Other handler modules (the autoscaler's timer) register beside these; see `HANDLER_MODULES`.
+The autoscaler's daemon registers beside these (imported below). Every handler gets the operator
+object (`controllers.Operator`) as `memo.operator`: `llmop operator` passes it to kopf.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import importlib.util
 import logging
 from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from llmop.operator.api.conditions import is_true
 from llmop.operator.api.llmdeployment import GROUP, KIND, PLURAL, VERSION
+from llmop.operator.autoscaling import timer  # noqa: F401 - registers the autoscaler's daemon
 from llmop.operator.build.desired import SpecError
 from llmop.operator.build.meta import ENGINE_NAME, INSTANCE_LABEL, MANAGED_BY
-from llmop.operator.build.settings import Settings
-from llmop.operator.kube.client import Kube, make_api_client
+from llmop.operator.controllers import Operator
 from llmop.operator.reconcile.reconciler import Reconciler
 
-# Modules that add handlers of their own when present.
-HANDLER_MODULES = ["llmop.operator.autoscaling.timer"]
 RESYNC_SECONDS = 300.0
 OWNED = [("", "v1", "configmaps"), ("", "v1", "services"), ("apps", "v1", "deployments"),
          ("policy", "v1", "poddisruptionbudgets")]  # fmt: skip
 
-_state: dict[str, Reconciler] = {}
+
+def kopf_memo(operator: Operator) -> kopf.Memo:
+    """kopf's global memo for `operator` (`kopf.run(memo=...)`); per-object memos are copies of it."""
+    return kopf.Memo(operator=operator)
 
 
-def init(kubeconfig: str | None = None, settings: Settings | None = None, namespaced: bool = False) -> Reconciler:
-    """Create the reconciler the handlers use (called by `llmop operator` before kopf starts).
-    `namespaced`: the operator watches given namespaces only, with no cluster-scoped access."""
-    settings = settings or Settings.from_env()
-    _state["namespaced"] = namespaced
-    _state["reconciler"] = Reconciler(Kube(make_api_client(kubeconfig), settings.field_manager), settings)
-    for name in HANDLER_MODULES:
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name)
-    return _state["reconciler"]
-
-
-def reconciler() -> Reconciler:
-    """The process's reconciler (for handler modules registered beside these)."""
-    return _state["reconciler"]
+def _reconciler(memo: kopf.Memo) -> Reconciler:
+    return memo.operator.reconciler
 
 
 def _run(fn, *args) -> Any:
@@ -65,7 +53,7 @@ def _run(fn, *args) -> Any:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """kopf's bookkeeping under llmop.dev annotations; no kopf Events (we post our own)."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -76,7 +64,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Watching given namespaces, the operator holds a Role there and nothing cluster-wide: kopf's
     # scanning of CRDs and namespaces (cluster-scoped lists it would retry, then fall back from)
     # is off, and the namespaces are taken as given.
-    settings.scanning.disabled = bool(_state.get("namespaced"))
+    settings.scanning.disabled = memo.operator.namespaced
     settings.execution.max_workers = 8
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
@@ -84,25 +72,24 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.on.cleanup()
-def report_requests(logger: logging.Logger, **_: Any) -> None:
+def report_requests(logger: logging.Logger, memo: kopf.Memo, **_: Any) -> None:
     """On shutdown, log how many API requests the reconciler made (the scale benchmark reads it)."""
-    if "reconciler" in _state:
-        logger.info("llmop api requests: %s", json.dumps(dict(reconciler().kube.requests)))
+    logger.info("llmop api requests: %s", json.dumps(dict(memo.operator.kube.requests)))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def reconcile_llmdeployment(body: kopf.Body, **_: Any) -> None:
+def reconcile_llmdeployment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The LLMDeployment appeared, changed, or the operator restarted."""
-    _run(reconciler().reconcile, dict(body))
+    _run(_reconciler(memo).reconcile, dict(body))
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, idle=None)
-def resync(body: kopf.Body, **_: Any) -> None:
+def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A slow safety net: anything a missed watch event left behind converges here."""
     try:
-        _run(reconciler().reconcile, dict(body))
+        _run(_reconciler(memo).reconcile, dict(body))
     except kopf.PermanentError:
         pass  # already recorded in status; a timer must not keep reporting it
 
@@ -114,13 +101,13 @@ def _owner_name(body: kopf.Body) -> str | None:
     return None
 
 
-def _owned_changed(body: kopf.Body, type: str | None, **_: Any) -> None:  # noqa: A002 (kopf's name)
+def _owned_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """An owned object changed or was deleted: revert drift, recreate, refresh status."""
     name = _owner_name(body)
     if name is None:
         return
     try:
-        _run(reconciler().reconcile_named, body["metadata"]["namespace"], name)
+        _run(_reconciler(memo).reconcile_named, body["metadata"]["namespace"], name)
     except kopf.PermanentError:
         pass  # recorded in the owner's status by the reconcile itself
 
@@ -132,18 +119,17 @@ for _group, _version, _plural in OWNED:
 def _pod_not_ready(body: kopf.Body, **_: Any) -> bool:
     """Only pods that are not (yet) ready can bring news the Deployment's status does not: the
     scheduler's or kubelet's reason (readiness changes reach the owner through its Deployment)."""
-    conditions = (body.get("status") or {}).get("conditions") or []
-    return not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return not is_true((body.get("status") or {}).get("conditions"), "Ready")
 
 
 @kopf.on.event("", "v1", "pods", labels=ENGINE_NAME, when=_pod_not_ready)
-def _engine_pod_changed(body: kopf.Body, **_: Any) -> None:
+def _engine_pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """An engine pod that is not ready changed (unschedulable, image pull failing, crash looping):
     the owner's status and Events say why (`reconcile.pods`)."""
     name = body.get("metadata", {}).get("labels", {}).get(INSTANCE_LABEL)
     if not name:
         return
     try:
-        _run(reconciler().reconcile_named, body["metadata"]["namespace"], name)
+        _run(_reconciler(memo).reconcile_named, body["metadata"]["namespace"], name)
     except kopf.PermanentError:
         pass  # recorded in the owner's status by the reconcile itself

@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import yaml
 
+from llmop.operator.api.conditions import get_condition
+
 CHART = Path(__file__).resolve().parent.parent / "charts" / "llmop"
 RELEASE, OPERATOR_NS = "llmop", "llmop-system"
 SERVICE_ACCOUNT = "llmop"  # the chart's fullname for release "llmop"
@@ -49,10 +51,7 @@ def kubectl_json(cluster, *args: str) -> dict[str, Any] | None:
 
 def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     """The status condition of that type, or None."""
-    for c in ((obj or {}).get("status") or {}).get("conditions", []):
-        if c["type"] == type_:
-            return c
-    return None
+    return get_condition(((obj or {}).get("status") or {}).get("conditions") or [], type_)
 
 
 def install_chart(cluster, *values: str, release: str = RELEASE, namespace: str = OPERATOR_NS) -> None:

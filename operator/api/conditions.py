@@ -1,7 +1,8 @@
 """Setting Kubernetes-style conditions (metav1.Condition, in their wire form) without churn.
 
 A condition's lastTransitionTime changes only when its status does, so re-deciding an unchanged
-state writes nothing. The reconciler's conditions and the autoscaler's use these same functions.
+state writes nothing. The reconciler's conditions and the autoscaler's use these same functions, and
+so does every reading of another object's conditions (a pod's Ready).
 """
 
 from __future__ import annotations
@@ -33,3 +34,9 @@ def set_condition(
 def get_condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
     """The condition of that type, or None."""
     return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def is_true(conditions: list[dict[str, Any]] | None, type_: str) -> bool:
+    """Whether the condition of that type is there with status True (e.g. a pod's Ready)."""
+    cond = get_condition(conditions or [], type_)
+    return cond is not None and cond.get("status") == "True"

@@ -13,10 +13,12 @@ from typing import Any
 
 from llmop.operator.api.llmdeployment import API_VERSION, KIND
 from llmop.operator.build.meta import Owner
+from llmop.operator.kube.identity import ObjectKey
 
 from .spec import AutoscalingSpec
 
 METRIC_NAME = "llmop_queue_wait_seconds"
+HPA_API_VERSION, HPA_KIND = "autoscaling/v2", "HorizontalPodAutoscaler"
 
 # prometheus-adapter rule exposing METRIC_NAME per pod: the windowed mean queue wait from the
 # histogram's counters, or the oldest waiting request's age when that is larger (a stalled queue
@@ -59,11 +61,16 @@ def _rules(rules) -> dict[str, Any]:
     }
 
 
+def hpa_key(owner: Owner) -> ObjectKey:
+    """Which object the HPA of one LLMDeployment is (named after it)."""
+    return ObjectKey(HPA_API_VERSION, HPA_KIND, owner.namespace, owner.name)
+
+
 def build_hpa(owner: Owner, spec: AutoscalingSpec) -> dict[str, Any]:
     """The HPA for one LLMDeployment: same bounds, target and behaviour as the built-in loop."""
     return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
+        "apiVersion": HPA_API_VERSION,
+        "kind": HPA_KIND,
         "metadata": owner.metadata(),
         "spec": {
             "scaleTargetRef": {"apiVersion": API_VERSION, "kind": KIND, "name": owner.name},

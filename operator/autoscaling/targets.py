@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from llmop.operator.api.conditions import is_true
+
 
 @dataclass(frozen=True)
 class Target:
@@ -21,8 +23,7 @@ class Target:
 
 def _is_ready(pod: dict) -> bool:
     status = pod.get("status") or {}
-    conditions = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    ready = is_true(status.get("conditions"), "Ready")
     return status.get("phase") == "Running" and ready and bool(status.get("podIP"))
 
 

@@ -10,8 +10,8 @@ The daemon ticks every `TICK_SECONDS` (env LLMOP_AUTOSCALER_TICK_SECONDS); each 
 decides only when its own `autoscaling.intervalSeconds` has passed. The blocking work runs in a
 thread. Its log is news only: a decision at INFO when it changes (`log_level`), an error at WARNING
 when it first appears, everything else at DEBUG.
-Registered by importing this module (operator/handlers.py does, in `init`, and this module uses
-the API client and Event poster `init` made).
+Registered by importing this module (operator/handlers.py does); each tick takes the operator's
+`Autoscaler` (its `Kube` clients) from kopf's memo, where `llmop operator` put the operator object.
 """
 
 from __future__ import annotations
@@ -21,26 +21,49 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import kopf
-import kubernetes
 from pydantic import ValidationError
 
 from llmop.operator.api.llmdeployment import GROUP, PLURAL, VERSION
 from llmop.operator.build.meta import Owner
+from llmop.operator.kube.client import EventType, Kube
 
 from . import prometheus
 from .collect import PodsCollector
-from .decision import Policy, Result, decide
-from .hpa import build_hpa
+from .decision import DecisionReason, Policy, Result, decide
+from .hpa import build_hpa, hpa_key
 from .spec import AutoscalingSpec, AutoscalingStatus
 from .state import METRICS_AVAILABLE, history_from_status, status_after
 from .targets import Target, pod_targets, static_targets
 
 TICK_SECONDS = float(os.environ.get("LLMOP_AUTOSCALER_TICK_SECONDS", "1"))
 FIELD_MANAGER = "llmop-autoscaler"
-MERGE = "application/merge-patch+json"
+
+
+class ScaleEvent(StrEnum):
+    """Reasons of the autoscaler's Events (a scale in either direction; MetricsMissing is the
+    decision's own reason)."""
+
+    SCALED_UP = "ScaledUp"
+    SCALED_DOWN = "ScaledDown"
+
+
+@dataclass(frozen=True)
+class Autoscaler:
+    """The autoscaler's API access: `kube` writes /scale, status.autoscaling and HPAs as its own
+    field manager (and counts its own requests); `events` is the operator's, so its Events come
+    from the operator like the reconciler's."""
+
+    kube: Kube
+    events: Kube
+
+    @classmethod
+    def beside(cls, operator_kube: Kube) -> "Autoscaler":
+        """An autoscaler over the operator's API client."""
+        return cls(Kube(operator_kube.api, FIELD_MANAGER), operator_kube)
 
 
 @dataclass
@@ -54,22 +77,12 @@ class TimerState:
     last_error: str | None = None  # the last tick's failure, logged at WARNING once
 
 
-def _kube():
-    """The operator's API access (credentials, request counts, Events), made by `handlers.init`."""
-    from llmop.operator.handlers import reconciler
-
-    return reconciler().kube
-
-
-def _targets(core: kubernetes.client.CoreV1Api, namespace: str, selector: str | None,
-             spec: AutoscalingSpec) -> list[Target]:
+def _targets(kube: Kube, namespace: str, selector: str | None, spec: AutoscalingSpec) -> list[Target]:
     if spec.metrics.targets:
         return static_targets(spec.metrics.targets, spec.metrics.path)
     if not selector:
         return []
-    pods = core.list_namespaced_pod(namespace, label_selector=selector)
-    dicts = core.api_client.sanitize_for_serialization(pods.items)
-    return pod_targets(dicts, spec.metrics.port, spec.metrics.path)
+    return pod_targets(kube.list_pods(namespace, selector), spec.metrics.port, spec.metrics.path)
 
 
 def _collect(state: TimerState, targets: list[Target], spec: AutoscalingSpec, now: float):
@@ -88,50 +101,33 @@ def _previous(status: dict[str, Any]) -> AutoscalingStatus | None:
         return None  # written by an older operator: start afresh rather than crash the loop
 
 
-def tick(api: kubernetes.client.ApiClient, name: str, namespace: str, status: dict[str, Any],
-         spec: AutoscalingSpec, state: TimerState, now: float
-         ) -> tuple[Result, AutoscalingStatus | None, AutoscalingStatus]:
+def tick(kube: Kube, name: str, namespace: str, status: dict[str, Any], spec: AutoscalingSpec,
+         state: TimerState, now: float) -> tuple[Result, AutoscalingStatus | None, AutoscalingStatus]:
     """One decision for one LLMDeployment; returns (result, previous status, new status)."""
-    custom = kubernetes.client.CustomObjectsApi(api)
-    scale = custom.get_namespaced_custom_object_scale(GROUP, VERSION, namespace, PLURAL, name)
+    scale = kube.get_scale(namespace, name)
     current = int((scale.get("spec") or {}).get("replicas") or 0)
     selector = (scale.get("status") or {}).get("selector")
-    targets = _targets(kubernetes.client.CoreV1Api(api), namespace, selector, spec)
+    targets = _targets(kube, namespace, selector, spec)
     samples = _collect(state, targets, spec, now)
     prev = state.last_status or _previous(status)
     result = decide(now, current, samples, Policy.from_spec(spec), history_from_status(prev))
     if result.changed:
-        custom.patch_namespaced_custom_object_scale(
-            GROUP, VERSION, namespace, PLURAL, name, {"spec": {"replicas": result.desired}},
-            field_manager=FIELD_MANAGER, _content_type=MERGE,
-        )
+        kube.patch_scale(namespace, name, result.desired)
     new = status_after(prev, result, samples, spec.target_queue_wait_seconds, now)
-    custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, name,
-        {"status": {"autoscaling": new.model_dump(mode="json", by_alias=True)}},
-        field_manager=FIELD_MANAGER, _content_type=MERGE,
-    )
+    kube.patch_status(namespace, name, {"autoscaling": new.model_dump(mode="json", by_alias=True)},
+                      as_field_manager=True)
     state.last_status = new
     return result, prev, new
 
 
-def sync_hpa(api: kubernetes.client.ApiClient, body: dict[str, Any], spec: AutoscalingSpec,
-             state: TimerState) -> None:
+def sync_hpa(kube: Kube, body: dict[str, Any], spec: AutoscalingSpec, state: TimerState) -> None:
     """Mode hpa: server-side apply the HPA; otherwise make sure none is left behind."""
-    hpas = kubernetes.client.AutoscalingV2Api(api)
     owner = Owner.from_body(body)
     if spec.enabled and spec.mode == "hpa":
-        hpas.patch_namespaced_horizontal_pod_autoscaler(
-            owner.name, owner.namespace, build_hpa(owner, spec), field_manager=FIELD_MANAGER,
-            force=True, _content_type="application/apply-patch+yaml",
-        )
+        kube.apply(build_hpa(owner, spec))
         state.hpa_applied = True
     elif state.hpa_applied is not False:
-        try:
-            hpas.delete_namespaced_horizontal_pod_autoscaler(owner.name, owner.namespace)
-        except kubernetes.client.ApiException as err:
-            if err.status != 404:
-                raise
+        kube.delete(hpa_key(owner))
         state.hpa_applied = False
 
 
@@ -155,7 +151,8 @@ def error_level(previous: str | None, error: str) -> int:
     return logging.DEBUG if previous == error else logging.WARNING
 
 
-async def _tick(body, spec, status, name: str, namespace: str, state: TimerState, logger) -> None:
+async def _tick(scaler: Autoscaler, body, spec, status, name: str, namespace: str, state: TimerState,
+                logger) -> None:
     """Decide for this LLMDeployment if its interval has passed."""
     try:
         auto = AutoscalingSpec.model_validate(dict(spec).get("autoscaling") or {})
@@ -165,26 +162,24 @@ async def _tick(body, spec, status, name: str, namespace: str, state: TimerState
     if now - state.last_tick < auto.interval_seconds:
         return
     state.last_tick = now
-    kube = _kube()
-    api = kube.api
-    await asyncio.to_thread(sync_hpa, api, dict(body), auto, state)
+    await asyncio.to_thread(sync_hpa, scaler.kube, dict(body), auto, state)
     if not auto.enabled or auto.mode != "builtin":
         state.last_status = None
         return
     result, prev, new = await asyncio.to_thread(
-        tick, api, name, namespace, dict(status), auto, state, now)
+        tick, scaler.kube, name, namespace, dict(status), auto, state, now)
     logger.log(log_level(prev, result), "autoscaler: %s -> %s replicas: %s: %s", result.current,
                result.desired, result.reason, result.message)
     events = []
     if result.changed:
-        verb = "ScaledUp" if result.desired > result.current else "ScaledDown"
-        events.append(("Normal", verb, f"{result.current} -> {result.desired} replicas: "
+        verb = ScaleEvent.SCALED_UP if result.desired > result.current else ScaleEvent.SCALED_DOWN
+        events.append((EventType.NORMAL, verb, f"{result.current} -> {result.desired} replicas: "
                        f"{result.reason}: {result.message}"))
     if _metrics_went_missing(prev, new):
-        events.append(("Warning", "MetricsMissing", result.message))
+        events.append((EventType.WARNING, DecisionReason.METRICS_MISSING, result.message))
     for event in events:
         try:
-            await asyncio.to_thread(kube.event, dict(body), *event)
+            await asyncio.to_thread(scaler.events.event, dict(body), *event)
         except Exception as err:  # noqa: BLE001 - an Event is best-effort; the scale already happened
             logger.warning("autoscaler: could not post Event %s: %s", event[1], err)
 
@@ -192,11 +187,13 @@ async def _tick(body, spec, status, name: str, namespace: str, state: TimerState
 @kopf.daemon(GROUP, VERSION, PLURAL, id="autoscaler", cancellation_timeout=10)
 async def autoscaler(body, spec, status, name, namespace, memo, logger, stopped, **_) -> None:
     """One loop per LLMDeployment, a tick every `TICK_SECONDS` (a daemon rather than a kopf timer:
-    kopf logs every run of a timer at INFO). `body`, `spec` and `status` are kopf's live views."""
+    kopf logs every run of a timer at INFO). `body`, `spec` and `status` are kopf's live views;
+    `memo.operator` is the operator object (`llmop.operator.controllers`)."""
     state: TimerState = memo.setdefault("llmop_autoscaler", TimerState())
+    scaler: Autoscaler = memo.operator.autoscaler
     while not stopped:
         try:
-            await _tick(body, spec, status, name, namespace, state, logger)
+            await _tick(scaler, body, spec, status, name, namespace, state, logger)
             state.last_error = None
         except Exception as err:  # noqa: BLE001 - API trouble: retry next tick, never end the loop
             logger.log(error_level(state.last_error, str(err)), "autoscaler tick failed: %s", err)

@@ -21,6 +21,7 @@ from llmop.operator.build.meta import Owner
 from llmop.operator.build.pod import engine_pod_template
 from llmop.operator.build.settings import Settings
 from llmop.operator.build.sources import sources_for
+from llmop.operator.kube.identity import ObjectKey
 from llmop.operator.sizing.from_spec import plan_for
 from llmop.operator.sizing.plan import SizingError, SizingPlan
 
@@ -29,13 +30,15 @@ __all__ = ["DesiredState", "SpecError", "desired_state"]
 
 @dataclass(frozen=True)
 class DesiredState:
-    """The parsed spec, its sizing plan, and the objects to apply (ConfigMap first)."""
+    """The parsed spec, its sizing plan, and the objects to apply (ConfigMap first); `engine` is
+    which of them is the engine Deployment (its status is the LLMDeployment's readiness)."""
 
     owner: Owner
     spec: LLMDeploymentSpec
     plan: SizingPlan
     endpoint: str
     objects: tuple[dict[str, Any], ...]
+    engine: ObjectKey
 
 
 def parse_spec(body: dict[str, Any]) -> LLMDeploymentSpec:
@@ -62,6 +65,7 @@ def desired_state(body: dict[str, Any], settings: Settings) -> DesiredState:
     cm = objects.config_map(owner, engine_yaml)
     template = engine_pod_template(owner, spec, settings, sources, plan.tensor_parallel_size,
                                    cm["metadata"]["name"], config_hash)  # fmt: skip
+    engine = objects.deployment(owner, spec, template)
     return DesiredState(
         owner=owner,
         spec=spec,
@@ -69,8 +73,9 @@ def desired_state(body: dict[str, Any], settings: Settings) -> DesiredState:
         endpoint=f"http://{owner.name}.{owner.namespace}.svc:{spec.engine.port}/v1",
         objects=(
             cm,
-            objects.deployment(owner, spec, template),
+            engine,
             objects.service(owner, spec.engine.port),
             objects.pod_disruption_budget(owner, spec),
         ),
+        engine=ObjectKey.of(engine),
     )

@@ -1,1 +1,2 @@
-"""A thin, counted layer over the Kubernetes API: server-side apply, status patches, Events."""
+"""A thin, counted layer over the Kubernetes API (apply, /scale and status patches, Events) and the
+identity of the objects it applies."""

@@ -1,7 +1,9 @@
-"""The few API calls the reconciler makes, on a `kubernetes.client.ApiClient`, each counted.
+"""The few API calls the operator makes, on a `kubernetes.client.ApiClient`, each counted.
 
 Paths are built from the object's apiVersion and kind, so one `apply()` serves every kind the
-operator owns; the counts feed the scale benchmark (API requests per LLMDeployment).
+operator owns; the counts feed the scale benchmark (API requests per LLMDeployment). The reconciler
+and the autoscaler each hold a `Kube` over the one ApiClient: each writes as its own field manager
+and counts its own requests.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+from enum import StrEnum
 from typing import Any
 
 from kubernetes import client as k8s
@@ -17,7 +20,9 @@ from kubernetes.client.exceptions import ApiException
 
 from llmop.operator.api.llmdeployment import GROUP, KIND, PLURAL, VERSION
 from llmop.operator.api.timestamps import rfc3339
+from llmop.operator.kube.identity import ObjectKey
 
+MERGE_PATCH = "application/merge-patch+json"
 PLURALS = {
     "ConfigMap": "configmaps",
     "Service": "services",
@@ -28,6 +33,13 @@ PLURALS = {
     "Pod": "pods",
     KIND: PLURAL,
 }
+
+
+class EventType(StrEnum):
+    """core/v1 Event types: Warning for trouble a user should look at, Normal for news."""
+
+    NORMAL = "Normal"
+    WARNING = "Warning"
 
 
 def make_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
@@ -49,8 +61,12 @@ def object_path(api_version: str, kind: str, namespace: str, name: str | None = 
     return f"{path}/{name}" if name else path
 
 
+def _llmdeployment_path(namespace: str, name: str) -> str:
+    return object_path(f"{GROUP}/{VERSION}", KIND, namespace, name)
+
+
 class Kube:
-    """The reconciler's view of the API server."""
+    """One writer's view of the API server: writes carry `field_manager`, requests are counted."""
 
     def __init__(self, api: k8s.ApiClient, field_manager: str = "llmop"):
         self.api = api
@@ -83,21 +99,44 @@ class Kube:
         query = [("fieldManager", self.field_manager), ("force", "true")]
         return self._call("PATCH", path, obj, query, "application/apply-patch+yaml")
 
+    def delete(self, key: ObjectKey) -> bool:
+        """Delete the object; False when it was already gone."""
+        try:
+            self._call("DELETE", object_path(key.api_version, key.kind, key.namespace, key.name))
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
     def get_llmdeployment(self, namespace: str, name: str) -> dict[str, Any]:
         """The LLMDeployment as stored (raises ApiException 404 when it is gone)."""
-        return self._call("GET", object_path(f"{GROUP}/{VERSION}", KIND, namespace, name))
+        return self._call("GET", _llmdeployment_path(namespace, name))
+
+    def get_scale(self, namespace: str, name: str) -> dict[str, Any]:
+        """The LLMDeployment's /scale subresource (spec.replicas, status.selector)."""
+        return self._call("GET", _llmdeployment_path(namespace, name) + "/scale")
+
+    def patch_scale(self, namespace: str, name: str, replicas: int) -> dict[str, Any]:
+        """Set replicas through /scale, the only way the operator changes a replica count."""
+        return self._call("PATCH", _llmdeployment_path(namespace, name) + "/scale", {"spec": {"replicas": replicas}},
+                          [("fieldManager", self.field_manager)], MERGE_PATCH)
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """The pods matching a label selector (API dicts, camelCase)."""
         path = object_path("v1", "Pod", namespace)
         return self._call("GET", path, query=[("labelSelector", selector)]).get("items", [])
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        """Merge-patch the LLMDeployment's status subresource (the operator never writes spec)."""
-        path = object_path(f"{GROUP}/{VERSION}", KIND, namespace, name) + "/status"
-        return self._call("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any],
+                     as_field_manager: bool = False) -> dict[str, Any]:
+        """Merge-patch the LLMDeployment's status subresource (the operator never writes spec).
+        `as_field_manager`: managedFields name this Kube's field manager (the autoscaler's
+        status.autoscaling); otherwise the server names the client library (the reconciler's)."""
+        query = [("fieldManager", self.field_manager)] if as_field_manager else []
+        return self._call("PATCH", _llmdeployment_path(namespace, name) + "/status", {"status": status}, query,
+                          MERGE_PATCH)
 
-    def event(self, body: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    def event(self, body: dict[str, Any], type_: EventType, reason: str, message: str) -> None:
         """Post a core/v1 Event about the LLMDeployment `body` (`kubectl describe` shows it)."""
         m = body["metadata"]
         now = rfc3339()

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from llmop.operator.api.conditions import get_condition
+
 
 class PodReason(StrEnum):
     """Condition reasons for engine pods that cannot run."""
@@ -39,10 +41,9 @@ class PodTrouble:
 
 
 def _unschedulable(pod: dict[str, Any]) -> str | None:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \
-                and cond.get("reason") == "Unschedulable":
-            return cond.get("message") or "no node fits"
+    cond = get_condition((pod.get("status") or {}).get("conditions") or [], "PodScheduled")
+    if cond and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+        return cond.get("message") or "no node fits"
     return None
 
 

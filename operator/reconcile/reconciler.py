@@ -18,7 +18,8 @@ from kubernetes.client.exceptions import ApiException
 
 from llmop.operator.build.desired import SpecError, desired_state
 from llmop.operator.build.settings import Settings
-from llmop.operator.kube.client import Kube
+from llmop.operator.kube.client import EventType, Kube
+from llmop.operator.kube.identity import ObjectKey
 from llmop.operator.api.conditions import get_condition
 from llmop.operator.api.timestamps import rfc3339
 from llmop.operator.reconcile.pods import PodTrouble, diagnose
@@ -105,8 +106,9 @@ class Reconciler:
             new = failed_status(old, err, int(m.get("generation", 1)), rfc3339())
             self._write_status(body, old, new)
             raise
-        stored = {o["kind"]: self.kube.apply(o) for o in desired.objects}
-        new = healthy_status(old, desired, stored["Deployment"], rfc3339(), self._trouble(desired, stored["Deployment"]))
+        stored = {ObjectKey.of(o): self.kube.apply(o) for o in desired.objects}
+        engine = stored[desired.engine]
+        new = healthy_status(old, desired, engine, rfc3339(), self._trouble(desired, engine))
         written = self._write_status(body, old, new)
         return Outcome(len(stored), written)
 
@@ -127,11 +129,11 @@ class Reconciler:
         return True
 
 
-def transitions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str, str]]:
+def transitions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[EventType, str, str]]:
     """Events (type, reason, message) for conditions whose status changed, and a new sizing plan."""
     events = []
     if new.get("sizing") and (old.get("sizing") or {}).get("summary") != new["sizing"].get("summary"):
-        events.append(("Normal", Reason.SIZED, new["sizing"]["summary"]))
+        events.append((EventType.NORMAL, Reason.SIZED, new["sizing"]["summary"]))
     for cond in new.get("conditions", []):
         before = get_condition(old.get("conditions") or [], cond["type"])
         if before and before.get("status") == cond["status"] and before.get("reason") == cond["reason"]:
@@ -140,7 +142,7 @@ def transitions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str
         if (cond["type"] == ConditionType.PROGRESSING or cond["reason"] == Reason.WAITING_FOR_REPLICAS
                 or (before is None and not bad)):
             continue  # progress is visible in status; only report news
-        event = ("Warning" if bad else "Normal", cond["reason"], cond["message"] or cond["type"])
+        event = (EventType.WARNING if bad else EventType.NORMAL, cond["reason"], cond["message"] or cond["type"])
         if event not in events:  # Ready and Degraded saying the same thing: one Event
             events.append(event)
     return events

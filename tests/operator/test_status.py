@@ -69,3 +69,11 @@ def test_failure_keeps_serving_pods_ready():
     st = failed_status(ok, SpecError(SpecCondition.DEGRADED, SpecReason.INVALID_ENGINE_CONFIG, "bad"), 3, "t2")
     assert cond(st, "Ready")["status"] == "True" and cond(st, "Degraded")["status"] == "True"
     assert st["sizing"] == ok["sizing"]
+
+
+def test_is_true_reads_one_condition():
+    from llmop.operator.api.conditions import is_true
+
+    conds = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}]
+    assert is_true(conds, "PodScheduled") and not is_true(conds, "Ready")
+    assert not is_true(None, "Ready") and not is_true([], "Ready")
