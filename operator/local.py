@@ -157,6 +157,10 @@ class OperatorSlot:
         self.current, self._key = proc, key
         return proc
 
+    def tail(self, n: int = 60) -> str:
+        """The running operator's log tail ("" when none runs)."""
+        return self.current.tail(n) if self.current is not None else ""
+
     def stop(self) -> None:
         if self.current is not None:
             self.current.stop()

@@ -54,8 +54,9 @@ def real_node(k8s_cluster):
 
 
 # operator_slot: the one `llmop operator` of the session (llmop.operator.local.OperatorSlot); a
-#   fixture asks it for an operator with its settings, which stops any other first. A failed test
-#   that used it gets the operator's log tail in its report.
+#   fixture asks it for an operator with its settings, which stops any other first.
+# A failed test's report gets the log tail of every process fixture it used: anything with a
+#   `.tail()` (the slot's operator, an engine process), each text once.
 
 
 @pytest.fixture(scope="session")
@@ -71,9 +72,14 @@ def operator_slot(k8s_cluster, tmp_path_factory):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    slot = getattr(item, "funcargs", {}).get("operator_slot")
-    if report.failed and slot is not None and slot.current is not None:
-        report.sections.append(("operator log", slot.current.tail()))
+    if not report.failed:
+        return
+    shown = set()
+    for name, value in getattr(item, "funcargs", {}).items():
+        tail = getattr(value, "tail", None)
+        if callable(tail) and (text := tail()) and text not in shown:
+            shown.add(text)
+            report.sections.append((f"{name} log", text))
 
 
 # ---- end dev cluster ----

@@ -34,14 +34,3 @@ def engine(tmp_path_factory):
     proc = Engine(tmp_path_factory.mktemp("engine"))
     yield proc
     proc.stop()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    funcargs = getattr(item, "funcargs", {})
-    if report.failed:
-        proc = funcargs.get("engine")
-        if proc is not None:
-            report.sections.append(("engine log", proc.tail()))
