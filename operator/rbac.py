@@ -4,7 +4,8 @@
 in the watched namespace grants them there (`watchNamespace`). `CLUSTER_RULES` are on cluster-scoped
 resources, which no Role can grant: they are only in the cluster-wide ClusterRole, and the
 namespaced mode needs none (kopf's cluster scanning is off there, see `handlers.configure`).
-`llmop.operator.crdgen` writes both into the Helm chart, so code and chart cannot disagree.
+`llmop.operator.crdgen` writes both into the Helm chart, so code and chart cannot disagree, and
+tests/operator/test_rbac.py derives what the code uses and fails on any verb missing or to spare.
 """
 
 from __future__ import annotations
@@ -13,26 +14,31 @@ from typing import Any
 
 from llmop.operator.api.llmdeployment import GROUP, PLURAL
 
-_READ = ["get", "list", "watch"]
-_OWN = [*_READ, "create", "patch", "update"]  # server-side apply of objects the operator owns
+_WATCH = ["list", "watch"]  # kopf's watches (a list, then a watch from its resourceVersion)
+_APPLY = ["create", "patch"]  # server-side apply: a PATCH, which creates the object when it is absent
 
 RULES: list[dict[str, Any]] = [
-    # The custom resource: read it, keep kopf's bookkeeping annotations, write status and /scale.
-    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": [*_READ, "patch"]},
-    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch", "update"]},
-    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/scale"], "verbs": ["get", "patch", "update"]},
-    # What each LLMDeployment is reconciled into.
-    {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": _OWN},
-    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": _OWN},
-    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": _OWN},
-    {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": [*_OWN, "delete"]},
-    # Engine pods: readiness and metrics targets for the autoscaler.
-    {"apiGroups": [""], "resources": ["pods"], "verbs": _READ},
-    # Events for decisions and failures.
-    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    # The custom resource: read it (a reconcile reads it as stored), kopf watches it and patches its
+    # bookkeeping annotations and finalizer (the autoscaler daemon's); status and /scale are written.
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", *_WATCH, "patch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["patch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/scale"], "verbs": ["get", "patch"]},
+    # Owned objects carry blockOwnerDeletion: where the OwnerReferencesPermissionEnforcement
+    # admission plugin runs (OpenShift), setting it needs update on the owner's finalizers.
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
+    # What each LLMDeployment is reconciled into: applied, and watched for drift.
+    {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": [*_APPLY, *_WATCH]},
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": [*_APPLY, *_WATCH]},
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": [*_APPLY, *_WATCH]},
+    # The autoscaler's HPA (mode: hpa): applied, deleted when the mode goes back to builtin.
+    {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": [*_APPLY, "delete"]},
+    # Engine pods: listed for the autoscaler's targets and a reconcile's diagnosis, watched while not ready.
+    {"apiGroups": [""], "resources": ["pods"], "verbs": _WATCH},
+    # Events for decisions and failures (core/v1, each one new; kopf posts none).
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 
 CLUSTER_RULES: list[dict[str, Any]] = [
     # kopf watches the CRDs it serves (to notice them being installed or removed); cluster-wide only.
-    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": _READ},
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": _WATCH},
 ]

@@ -1,35 +1,12 @@
 """`Kube` against a recording stand-in for the kubernetes ApiClient: paths, queries, bodies, counts."""
 
-import json
-
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from llmop.operator.kube.client import Kube
 from llmop.operator.kube.identity import ObjectKey
 
-
-class Response:
-    def __init__(self, status, data):
-        self.status, self.data, self.reason, self.headers = status, json.dumps(data).encode(), "r", {}
-
-    def read(self):
-        return self.data
-
-
-class RecordingApi:
-    """Answers every call with `status` and records (verb, path, query, content type, body)."""
-
-    def __init__(self, status=200):
-        self.status, self.calls = status, []
-
-    def param_serialize(self, verb, path, query_params, header_params, body, auth_settings):
-        self.calls.append((verb, path, query_params, header_params["Content-Type"], body))
-        return verb, path, header_params, body, None
-
-    def call_api(self, method, url, header_params, body, _request_timeout):
-        return Response(self.status, {"spec": {"replicas": 3}})
-
+from kube_fakes import RecordingApi  # tests/operator/conftest.py puts it on the path
 
 BASE = "/apis/llmop.dev/v1alpha1/namespaces/ml/llmdeployments/chat"
 MERGE = "application/merge-patch+json"
