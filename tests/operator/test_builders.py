@@ -221,3 +221,52 @@ def test_an_admin_port_equal_to_the_inference_port_is_a_spec_error():
     with pytest.raises(SpecError) as err:
         desired_state(body({"engine": {"adminCredentialSecret": "chat-admin", "adminPort": 8000}}), SETTINGS)
     assert err.value.reason == "InvalidEngineConfig" and "admin_port must differ from port" in str(err.value)
+
+
+# ---- pod security: every container the operator renders, and the chart's operator pod ----
+
+def restricted_violations(pod: dict) -> list[str]:
+    """What breaks the restricted Pod Security profile in a pod spec, per container (init containers
+    included): runAsNonRoot, seccomp RuntimeDefault (own or the pod's), no privilege escalation, ALL
+    capabilities dropped and none added, not privileged."""
+    problems = []
+    containers = [*pod.get("initContainers", []), *pod["containers"]]
+    for c in containers:
+        sc = {**(pod.get("securityContext") or {}), **(c.get("securityContext") or {})}
+        caps = sc.get("capabilities") or {}
+        checks = {
+            "runAsNonRoot": sc.get("runAsNonRoot") is True and sc.get("runAsUser", 1) != 0,
+            "seccompProfile": sc.get("seccompProfile") == {"type": "RuntimeDefault"},
+            "allowPrivilegeEscalation": sc.get("allowPrivilegeEscalation") is False,
+            "capabilities": caps.get("drop") == ["ALL"] and not caps.get("add"),
+            "privileged": not sc.get("privileged"),
+        }
+        problems += [f"{c['name']}: {name}" for name, ok in checks.items() if not ok]
+    return problems
+
+
+@pytest.mark.parametrize("spec,inits", [
+    ({}, []),  # the embedded model: the engine container alone
+    ({"model": {"source": "hf://meta-llama/Meta-Llama-3-70B-Instruct", "credentialsSecret": "hf"},
+      "adapters": [{"name": "sql", "source": "s3://bucket/sql"}, {"name": "tone", "source": "pvc://tenants/tone"}],
+      "engine": {"adminCredentialSecret": "chat-admin"}},
+     ["fetch-model", "fetch-adapter-0"]),  # downloaders in init containers, the admin listener
+])  # fmt: skip
+def test_engine_pods_are_restricted(spec, inits):
+    pod = objects(spec)["Deployment"]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod.get("initContainers", [])] == inits
+    assert restricted_violations(pod) == []
+
+
+def test_the_charts_operator_pod_is_restricted():
+    import chart  # tests/operator/conftest.py puts it on the path
+
+    docs = chart.template()
+    if docs is None:  # no helm built: the template's literal YAML
+        dep = chart.read_template("deployment.yaml")
+    else:
+        (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    assert restricted_violations(pod) == []
+    (operator,) = pod["containers"]
+    assert operator["securityContext"]["readOnlyRootFilesystem"] is True  # it writes nothing
