@@ -85,7 +85,8 @@ class ModelSpec(CRDModel):
         "none",
         description=(
             "int8: the engine stores the linear layers' weights as int8 with per-channel scales "
-            "(quantized at load; GGUF Q8_0 loads as is) and sizing counts one byte per weight."
+            "(quantized at load from the checkpoint's weights, GGUF Q8_0 included, which is dequantized first) "
+            "and sizing counts one byte per weight."
         ),
     )
 

@@ -128,7 +128,9 @@ class MetricsSource(CRDModel):
             "`prometheus`: query a Prometheus server (see `prometheus`)."
         ),
     )
-    port: int = Field(8000, ge=1, le=65535, description="Engine port to scrape (pods source).")
+    port: int | None = Field(
+        None, ge=1, le=65535, description="Port to scrape (pods source); default: the engine's port (spec.engine.port)."
+    )
     path: str = Field("/metrics", pattern=r"^/", description="Metrics path (pods source).")
     timeout_seconds: float = Field(2.0, gt=0, le=60, description="HTTP timeout of one scrape.")
     prometheus: PrometheusSource | None = Field(
@@ -138,8 +140,9 @@ class MetricsSource(CRDModel):
         default_factory=list,
         max_length=64,
         description=(
-            "For tests and engines outside the cluster: base URLs (http://host:port) scraped instead "
-            "of the ready pods; each target stands for one ready replica. Leave empty in production."
+            "For engines outside the cluster: base URLs (http://host:port) scraped instead of the ready "
+            "pods found by the selector; each target stands for one ready replica. Leave empty for engines "
+            "that run as this LLMDeployment's pods."
         ),
     )
 

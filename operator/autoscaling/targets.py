@@ -1,4 +1,5 @@
-"""Which engines to measure: the LLMDeployment's pods, or the spec's static targets (tests).
+"""Which engines to measure: the LLMDeployment's pods, or the spec's static targets (engines
+outside the cluster).
 
 Pure functions over the API's pod dicts, so readiness rules are tested without a cluster. A
 terminating pod is neither capacity nor a reason to wait: it is leaving.
@@ -27,8 +28,21 @@ def _is_ready(pod: dict) -> bool:
     return status.get("phase") == "Running" and ready and bool(status.get("podIP"))
 
 
-def pod_targets(pods: list[dict], port: int, path: str) -> list[Target]:
-    """Targets for the pods of one LLMDeployment (API dicts, camelCase), terminating ones left out."""
+ENGINE_PORT_NAME = "http"  # the engine container's port, as the operator's pod template names it
+DEFAULT_PORT = 8000
+
+
+def _engine_port(pod: dict) -> int:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for port in container.get("ports") or []:
+            if port.get("name") == ENGINE_PORT_NAME:
+                return int(port["containerPort"])
+    return DEFAULT_PORT
+
+
+def pod_targets(pods: list[dict], port: int | None, path: str) -> list[Target]:
+    """Targets for the pods of one LLMDeployment (API dicts, camelCase), terminating ones left out;
+    `port` None: each pod's own engine port (so `spec.engine.port` needs saying only once)."""
     out = []
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -36,7 +50,7 @@ def pod_targets(pods: list[dict], port: int, path: str) -> list[Target]:
             continue
         ip = (pod.get("status") or {}).get("podIP") or ""
         host = f"[{ip}]" if ":" in ip else ip
-        out.append(Target(meta.get("name", "?"), f"http://{host}:{port}{path}", _is_ready(pod)))
+        out.append(Target(meta.get("name", "?"), f"http://{host}:{port or _engine_port(pod)}{path}", _is_ready(pod)))
     return sorted(out, key=lambda t: t.name)
 
 

@@ -83,15 +83,18 @@ def test_dead_and_unready_targets_are_unscraped(engine):
 
 
 def test_pod_targets_follow_readiness_and_skip_terminating():
-    def pod(name, ready, ip="10.0.0.1", deleting=False):
+    def pod(name, ready, ip="10.0.0.1", deleting=False, port=9000):
         meta = {"name": name, **({"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {})}
         cond = [{"type": "Ready", "status": "True" if ready else "False"}]
-        return {"metadata": meta, "status": {"phase": "Running", "podIP": ip, "conditions": cond}}
+        spec = {"containers": [{"name": "engine", "ports": [{"name": "admin", "containerPort": 8001},
+                                                            {"name": "http", "containerPort": port}]}]}
+        return {"metadata": meta, "spec": spec, "status": {"phase": "Running", "podIP": ip, "conditions": cond}}
 
-    targets = pod_targets([pod("b", False), pod("a", True), pod("c", True, deleting=True)], 8000,
-                          "/metrics")
-    assert targets == [Target("a", "http://10.0.0.1:8000/metrics", True),
-                       Target("b", "http://10.0.0.1:8000/metrics", False)]
+    pods = [pod("b", False), pod("a", True), pod("c", True, deleting=True)]
+    assert pod_targets(pods, None, "/metrics") == [Target("a", "http://10.0.0.1:9000/metrics", True),
+                                                  Target("b", "http://10.0.0.1:9000/metrics", False)]
+    # An explicit metrics.port wins over the pod's engine port.
+    assert [t.url for t in pod_targets(pods, 8000, "/m")] == ["http://10.0.0.1:8000/m"] * 2
 
 
 def test_prometheus_vectors_join_with_targets():
