@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from . import components, images, pki, plane, realnode, runner
 from .plane import Layout, Ports
 from .realnode import NodeLayout, NodePorts
 
-NODE_PROCESSES = ("containerd", "kubelet", "kube-proxy")
+NODE_PROCESSES = ("containerd", "kubelet", "kube-proxy", "apiserver-forward")
 START_TIMEOUT_S = 240.0
 
 
@@ -47,13 +48,15 @@ def node_layout(layout: Layout) -> NodeLayout:
     return NodeLayout(layout.state_dir)
 
 
-def _procs(layout: Layout, node: NodeLayout) -> dict[str, plane.Process]:
+def _procs(layout: Layout, node: NodeLayout, ports: Ports) -> dict[str, plane.Process]:
     return {
         "containerd": plane.Process("containerd", shutil.which("containerd") or "containerd",
                                     ["--config", str(node.containerd_config)]),
         "kubelet": plane.Process("kubelet", "kubelet",
                                  realnode.kubelet_args(node, layout.component_kubeconfig("kubelet"))),
         "kube-proxy": plane.Process("kube-proxy", "kube-proxy", realnode.proxy_args(node)),
+        "apiserver-forward": plane.Process("apiserver-forward", sys.executable,
+                                           realnode.apiserver_forward_args(ports.apiserver)),
     }  # fmt: skip
 
 
@@ -109,7 +112,7 @@ def stop(layout: Layout) -> list[str]:
     and release mounts; images stay in containerd's root for the next start."""
     node = node_layout(layout)
     stopped = []
-    for name in ("kube-proxy", "kubelet"):
+    for name in ("apiserver-forward", "kube-proxy", "kubelet"):
         if runner._stop_one(layout.pids / name):
             stopped.append(name)
     for shim in _shim_pids(node):
@@ -156,7 +159,7 @@ def start(layout: Layout, ports: Ports = Ports(), node_ports: NodePorts = NodePo
         status, body = runner.api(layout, ports, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", "POST", obj)
         if status not in (201, 409):
             raise runner.ClusterError(f"creating {obj['metadata']['name']}: HTTP {status}: {body}")
-    procs = _procs(layout, node)
+    procs = _procs(layout, node, ports)
     deadline = t0 + START_TIMEOUT_S
     runner._spawn(layout, procs["containerd"])
     runner._wait("containerd's socket", lambda: subprocess.run(
@@ -165,6 +168,8 @@ def start(layout: Layout, ports: Ports = Ports(), node_ports: NodePorts = NodePo
     images.load_into_containerd(node.containerd_socket, images.ensure_pause(log), log)
     runner._spawn(layout, procs["kubelet"])
     runner._spawn(layout, procs["kube-proxy"])
+    runner._spawn(layout, procs["apiserver-forward"])
+    _put_apiserver_endpoint(layout, ports)
     healthz = f"http://127.0.0.1:{node_ports.kubelet_healthz}/healthz"
     # The kubelet's own healthz first: a Node object can still say Ready from a previous run.
     runner._wait(f"node {realnode.NODE_NAME} Ready",
@@ -173,6 +178,16 @@ def start(layout: Layout, ports: Ports = Ports(), node_ports: NodePorts = NodePo
     seconds = time.monotonic() - t0
     log(f"real node {realnode.NODE_NAME} Ready in {seconds:.1f}s (pods on {realnode.POD_CIDR})")
     return seconds
+
+
+def _put_apiserver_endpoint(layout: Layout, ports: Ports) -> None:
+    slice_ = realnode.apiserver_endpoint_slice(ports.apiserver)
+    path = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+    status, body = runner.api(layout, ports, path, "POST", slice_)
+    if status == 409:
+        status, body = runner.api(layout, ports, f"{path}/{slice_['metadata']['name']}", "PUT", slice_)
+    if status not in (200, 201):
+        raise runner.ClusterError(f"the kubernetes Service's endpoint: HTTP {status}: {body}")
 
 
 def load_image(layout: Layout, spec: images.ImageSpec, log: Callable[[str], None] = print) -> str:

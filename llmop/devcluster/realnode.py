@@ -221,6 +221,30 @@ def bridge_commands() -> list[list[str]]:
     ]
 
 
+def apiserver_forward_args(apiserver_port: int) -> list[str]:
+    """`llmop.devcluster.forward` from the bridge's gateway to the loopback API server (why: its
+    docstring); run by this venv's Python."""
+    return ["-P", "-m", "llmop.devcluster.forward",
+            "--listen", f"{GATEWAY}:{apiserver_port}", "--to", f"127.0.0.1:{apiserver_port}"]  # fmt: skip
+
+
+def apiserver_endpoint_slice(apiserver_port: int) -> dict:
+    """The `kubernetes` Service's endpoint: the forwarder on the gateway. The plane runs the API
+    server with `--endpoint-reconciler-type=none` (loopback may not be an endpoint), so this
+    slice is the only one and nothing rewrites it; kube-proxy routes 10.96.0.1:443 to it, which is
+    where in-cluster clients (the operator's pod) look for the API server."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes-llmop-node", "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": "kubernetes",
+                                "endpointslice.kubernetes.io/managed-by": "llmop-devcluster"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [GATEWAY], "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": apiserver_port, "protocol": "TCP"}],
+    }  # fmt: skip
+
+
 def node_rbac() -> list[dict]:
     """Bind the bootstrap roles the node's processes need (the plane authorizes with RBAC only)."""
 

@@ -96,3 +96,13 @@ def session_real_node(report: Callable[[str], None] = print) -> RealNode:
         noderunner.start(layout, log=report)
         ref = noderunner.load_image(layout, images.ENGINE, report)
     return RealNode(realnode.NODE_NAME, ref)
+
+
+def session_operator_image(report: Callable[[str], None] = print) -> str:
+    """Build (if needed) the operator image from Dockerfile.operator and load it into the real
+    node's containerd (the node must be up: `session_real_node`)."""
+    from . import images, noderunner
+
+    layout = runner.default_layout()
+    with runner.locked(layout):
+        return noderunner.load_image(layout, images.OPERATOR, report)

@@ -31,6 +31,17 @@ def test_everything_listens_on_loopback_or_the_bridge_and_keeps_off_the_system_c
     assert f'sandbox_image = "{realnode.PAUSE_IMAGE}"' in toml
     assert "restrict_oom_score_adj = true" in toml  # root without CAP_SYS_RESOURCE can run pods
     assert f'conf_dir = "{node.cni_conf_dir}"' in toml
+    forward = realnode.apiserver_forward_args(16443)
+    assert forward[forward.index("--listen") + 1] == f"{realnode.GATEWAY}:16443"
+    assert forward[forward.index("--to") + 1] == "127.0.0.1:16443"
+
+
+def test_pods_reach_the_api_server_through_the_kubernetes_service():
+    slice_ = realnode.apiserver_endpoint_slice(16443)
+    assert slice_["metadata"]["namespace"] == "default"
+    assert slice_["metadata"]["labels"]["kubernetes.io/service-name"] == "kubernetes"
+    assert slice_["endpoints"][0]["addresses"] == [realnode.GATEWAY]  # where the forwarder listens
+    assert slice_["ports"] == [{"name": "https", "port": 16443, "protocol": "TCP"}]
 
 
 def test_pods_get_addresses_on_the_bridge_the_host_routes_services_through(tmp_path):
