@@ -1,16 +1,18 @@
 """`make demo`: the whole product in one command, on this machine.
 
 1. start (or join) the local Kubernetes control plane built from Go modules (fake GPU nodes) and
-   its real node (containerd + kubelet + kube-proxy), with the engine image built and loaded;
-2. install the Helm chart and run the operator as the chart's ServiceAccount;
+   its real node (containerd + kubelet + kube-proxy), with the engine and operator images built
+   from the repository's Dockerfiles and loaded;
+2. install the Helm chart: its operator Deployment runs the operator image in a pod;
 3. apply examples/smollm2.yaml (the embedded model, on the CPU) and wait until it is Ready: its
    engine pod passed its readiness probe;
 4. show `kubectl get llmdeployments`, the pod and the sizing plan;
 5. send a chat request through the OpenAI API to the LLMDeployment's Service.
 
 Where the machine cannot run the real node (not root, no containerd), the demo says why and falls
-back to what it did before pods were real: the deployment on a kwok GPU node, and one engine
-process on this host started with the very config the pod got.
+back to what it did before pods were real: the operator as a host process with the chart's
+ServiceAccount, the deployment on a kwok GPU node, and one engine process on this host started
+with the very config the pod got.
 """
 
 from __future__ import annotations
@@ -26,14 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from llmop.operator.local import (
-    OperatorProcess,
-    condition,
-    eventually,
-    install_chart,
-    kubectl_json,
-    service_account_kubeconfig,
-)
+from llmop.operator.local import OperatorSlot, condition, eventually, kubectl_json
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "smollm2.yaml"
@@ -115,17 +110,18 @@ def chat_through_service(cluster, name: str, model: str) -> int:
     return 0
 
 
-def real_node_image() -> str | None:
-    """Start the real node and load the engine image; None (and why) where this machine cannot."""
+def real_node_images() -> tuple[str, str] | None:
+    """Start the real node and load the (engine, operator) images; None (and why) where this
+    machine cannot."""
     from llmop.devcluster import noderunner
-    from llmop.devcluster.testing import session_real_node
+    from llmop.devcluster.testing import session_operator_image, session_real_node
 
     missing = noderunner.prerequisites()
     if missing:
         print("no real node on this machine (" + "; ".join(missing) + "): the engine pod goes to a kwok "
               "node and a local engine process answers instead")  # fmt: skip
         return None
-    return session_real_node().engine_image
+    return session_real_node().engine_image, session_operator_image()
 
 
 def main() -> int:
@@ -133,14 +129,17 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="llmop-demo-") as tmp, session_cluster() as cluster:
         work = Path(tmp)
-        step("the real node: containerd, kubelet, kube-proxy, and the engine image built from Dockerfile.engine")
-        image = real_node_image()
-        step("install the Helm chart (CRD, ServiceAccount, RBAC, operator Deployment)")
-        install_chart(cluster)
-        step("run the operator as the chart's ServiceAccount")
-        env = {"LLMOP_ENGINE_IMAGE": image} if image else {}
-        operator = OperatorProcess(service_account_kubeconfig(cluster, work / "kubeconfig"), work / "operator.log", env)
-        operator.start()
+        step("the real node: containerd, kubelet, kube-proxy, and the images of Dockerfile.engine and Dockerfile.operator")
+        images = real_node_images()
+        image = images[0] if images else None
+        slot = OperatorSlot(cluster, work)
+        if images:
+            step("install the Helm chart: CRD, ServiceAccount, RBAC, and the operator's pod")
+            operator = slot.in_pod(images[1], image)
+            print(cluster.kubectl("get", "pods", "-n", "llmop-system", "-o", "wide").stdout)
+        else:
+            step("install the Helm chart, and run the operator here as the chart's ServiceAccount")
+            operator = slot.run()
         try:
             body = yaml.safe_load(EXAMPLE.read_text())
             if image is None:
@@ -172,7 +171,7 @@ def main() -> int:
             print(f"{err}\noperator log:\n{operator.tail()}")
             return 1
         finally:
-            operator.stop()
+            slot.stop()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
-"""Running the operator outside a cluster, against a dev control plane: for the demo and the tests.
+"""Running the operator against a dev control plane, for the demo and the tests: as the chart's
+pod on the real node (`OperatorPod`, the way users run it), or as a host process (`OperatorProcess`).
 
-The chart's operator pod does not run here (it would be scheduled on a kwok node, and the API
-server listens on loopback only). So the chart is installed for real (CRD, ServiceAccount, RBAC,
-Deployment) and the operator runs here as a child process that authenticates *as the chart's
-ServiceAccount*: what reconciles is exactly what the chart grants, nothing more.
+The host process authenticates *as the chart's ServiceAccount*, so what reconciles is exactly what
+the chart grants; it is what most cluster tests use, because it starts in seconds from the working
+tree (the pod needs its image built) and runs on planes without a real node. Either way the chart
+is installed for real (CRD, ServiceAccount, RBAC, Deployment), and `OperatorSlot` keeps at most one
+operator per plane.
 """
 
 from __future__ import annotations
@@ -118,35 +120,82 @@ class OperatorProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:]) if self.log.exists() else ""
 
 
+class OperatorPod:
+    """The chart's operator Deployment running `image` in a pod on the dev cluster's real node."""
+
+    SELECTOR = f"app.kubernetes.io/name=llmop-operator,app.kubernetes.io/instance={RELEASE}"
+
+    def __init__(self, cluster, image: str, engine_image: str):
+        self.cluster, self.image, self.engine_image = cluster, image, engine_image
+
+    def start(self) -> None:
+        """Install the chart with one operator pod on this image; wait until it runs."""
+        repository, tag = self.image.rsplit(":", 1)
+        install_chart(self.cluster, "replicas=1", f"image.repository={repository}", f"image.tag={tag}",
+                      "image.pullPolicy=Never", f"engineImage={self.engine_image}")  # fmt: skip
+        eventually(self.ready, timeout=300, interval=1, what=f"operator pod on {self.image}")
+
+    def pods(self) -> list[dict[str, Any]]:
+        found = kubectl_json(self.cluster, "pods", "-n", OPERATOR_NS, "-l", self.SELECTOR) or {}
+        return found.get("items", [])
+
+    def ready(self) -> bool:
+        pods = self.pods()
+        return len(pods) == 1 and all(
+            c.get("ready") and c.get("image", "").endswith(self.image.split("/", 1)[1])
+            for c in pods[0]["status"].get("containerStatuses") or [{}])  # fmt: skip
+
+    def stop(self) -> None:
+        """Scale the Deployment to zero and wait until its pod is gone."""
+        self.cluster.kubectl("scale", "deployment", RELEASE, "-n", OPERATOR_NS, "--replicas=0", check=False)
+        eventually(lambda: not self.pods(), timeout=120, what="operator pod gone")
+
+    def tail(self, n: int = 60) -> str:
+        out = self.cluster.kubectl("logs", "-n", OPERATOR_NS, f"deployment/{RELEASE}", f"--tail={n}", check=False)
+        return (out.stdout + out.stderr).strip()
+
+
 class OperatorSlot:
     """At most one `llmop operator` on a dev plane at a time, for a test session.
 
     Two operators watching the same objects undo each other's writes: one rendering another
     engine image than the other makes the Deployment flip between two ReplicaSets forever. So
     asking for an operator with other settings stops the running one first; asking again for
-    the same settings returns the running one (started again if it died)."""
+    the same settings returns the running one (started again if it died). The chart's own
+    Deployment runs zero pods unless `in_pod` asks for one."""
 
     def __init__(self, cluster, workdir: Path):
         self.cluster, self.workdir = cluster, workdir
-        self.current: OperatorProcess | None = None
+        self.current: OperatorProcess | OperatorPod | None = None
         self._key: tuple | None = None
         self._started = 0
         self._chart = False
+
+    def in_pod(self, image: str, engine_image: str) -> OperatorPod:
+        """The chart's operator pod on `image` (loaded on the real node), rendering `engine_image`."""
+        key = ("pod", image, engine_image)
+        if isinstance(self.current, OperatorPod) and key == self._key and self.current.ready():
+            return self.current
+        self.stop()
+        pod = OperatorPod(self.cluster, image, engine_image)
+        self.current, self._key, self._chart = pod, key, False  # its values replace the default release's
+        pod.start()
+        return pod
 
     def run(self, env: dict[str, str] | None = None, args: tuple[str, ...] = (),
             account: str = SERVICE_ACCOUNT, namespace: str = OPERATOR_NS) -> OperatorProcess:
         """The operator running as ServiceAccount `namespace/account` with `env` and `args`; the
         chart's default release is installed first when that is its account (once)."""
         env = dict(env or {})
-        if (account, namespace) == (SERVICE_ACCOUNT, OPERATOR_NS) and not self._chart:
-            install_chart(self.cluster)
-            self._chart = True
         key = (account, namespace, tuple(sorted(env.items())), tuple(args))
-        if self.current is not None and key == self._key:
+        if isinstance(self.current, OperatorProcess) and key == self._key:
             if self.current.proc is None or self.current.proc.poll() is not None:
                 self.current.start()
             return self.current
         self.stop()
+        if (account, namespace) == (SERVICE_ACCOUNT, OPERATOR_NS) and not self._chart:
+            install_chart(self.cluster, "replicas=0")  # this process is the release's operator
+            self._chart = True
         self._started += 1
         work = self.workdir / f"operator-{self._started}"
         work.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,13 @@
 """Shared pytest fixtures. Each part of the project keeps its fixtures in its own block below."""
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# Helpers shared by test folders (processes a test runs on the host): `from processes import ...`.
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 # Triton decides interpreted vs compiled when it is first imported (its library functions included),
 # and any test module may import it first: set the mode before all of them.  `TRITON_INTERPRET=0` on a
@@ -93,7 +98,6 @@ def pytest_runtest_makereport(item, call):
 # engine_llm: one offline LLM on the embedded model (fp32), shared by the engine tests.
 
 import shutil
-from pathlib import Path
 
 MODEL_CACHE = Path(os.environ.get("LLMOP_CACHE", Path.home() / ".cache" / "llmop")) / "test-models"
 

@@ -1,17 +1,12 @@
-"""Fixtures for the autoscaler end to end: the chart installed, the operator running as the
-chart's ServiceAccount, a namespace, and a real engine process on localhost."""
+"""Fixtures for the autoscaler's cluster tests without pods: the chart installed, the operator
+running as the chart's ServiceAccount with a one-second tick, and a namespace. (The end-to-end
+scaling of real engine pods is in tests/realnode.)"""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import uuid
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # the tests import `processes` (importlib mode)
-
-from processes import Engine  # noqa: E402
-
 
 
 @pytest.fixture
@@ -21,16 +16,7 @@ def autoscaler_operator(operator_slot):
 
 @pytest.fixture
 def ns(k8s_cluster, autoscaler_operator):
-    import uuid
-
     name = f"as-{uuid.uuid4().hex[:8]}"
     k8s_cluster.kubectl("create", "namespace", name)
     yield name
     k8s_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    proc = Engine(tmp_path_factory.mktemp("engine"))
-    yield proc
-    proc.stop()

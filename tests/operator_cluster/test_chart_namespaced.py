@@ -25,7 +25,8 @@ CLUSTER_SCOPED = {"customresourcedefinitions", "namespaces", "nodes", "clusterro
 def namespaced(k8s_cluster, operator_slot):
     """(watched namespace, another namespace, the operator process, its kubeconfig)."""
     home, watched, other = f"llmop-ns-{uuid.uuid4().hex[:6]}", new_namespace(k8s_cluster), new_namespace(k8s_cluster)
-    install_chart(k8s_cluster, f"watchNamespace={watched}", release=RELEASE, namespace=home)
+    # replicas=0: the host process below is this release's operator.
+    install_chart(k8s_cluster, f"watchNamespace={watched}", "replicas=0", release=RELEASE, namespace=home)
     proc = operator_slot.run(env={"LLMOP_FIELD_MANAGER": MANAGER}, args=("--namespace", watched),
                              account=RELEASE, namespace=home)  # fmt: skip
     yield watched, other, proc, proc.kubeconfig

@@ -4,38 +4,15 @@ goes through the Service (kube-proxy). A deleted pod is replaced by one that ser
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import httpx
 import pytest
 import yaml
 
 from llmop.operator.local import condition, eventually, kubectl_json
 
+from pods import EXAMPLE, START_S, chat, ready_pod
+
 pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "smollm2.yaml"
-START_S = 900  # a cold page cache: torch and the model load from the image's layers
-
-
-def engine_pods(cluster, ns: str, name: str) -> list[dict]:
-    pods = kubectl_json(cluster, "pods", "-n", ns, "-l", f"app.kubernetes.io/instance={name}") or {}
-    return [p for p in pods.get("items", []) if not p["metadata"].get("deletionTimestamp")]
-
-
-def ready_pod(cluster, ns: str, name: str) -> dict | None:
-    pods = [p for p in engine_pods(cluster, ns, name)
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
-    return pods[0] if len(pods) == 1 else None
-
-
-def chat(url: str, model: str) -> str:
-    reply = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
-        "model": model, "max_tokens": 16, "temperature": 0,
-        "messages": [{"role": "user", "content": "Say hello to Kubernetes."}],
-    })  # fmt: skip
-    assert reply.status_code == 200, reply.text
-    return reply.json()["choices"][0]["message"]["content"]
 
 
 def test_smollm2_runs_in_a_real_pod_and_answers_through_its_service(k8s_cluster, real_node, pod_ns):

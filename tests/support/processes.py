@@ -1,18 +1,14 @@
-"""Real processes the end-to-end autoscaling test runs on localhost: engines, a load generator,
-and a Prometheus server (Debian's `prometheus` package).
-
-The engines stand in for the engine pods' containers (the dev plane's nodes are kwok fakes that
-run no process); the LLMDeployment's `autoscaling.metrics.targets` points the operator at them.
-"""
+"""Real processes the end-to-end tests run on the host: a load generator and a Prometheus server
+(Debian's `prometheus` package) that finds engine pods the way a cluster's Prometheus does."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -47,26 +43,6 @@ class Process:
 
     def tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-
-
-class Engine(Process):
-    """`llmop serve` on the embedded model, one sequence at a time so a few clients queue."""
-
-    def __init__(self, workdir: Path, max_num_seqs: int = 1):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        super().__init__([sys.executable, "-m", "llmop.cli", "serve", "--device", "cpu",
-                          "--port", str(self.port), "--max-num-seqs", str(max_num_seqs),
-                          "--drain-timeout-s", "5"], workdir / f"engine-{self.port}.log")
-        eventually(self._ready, timeout=300, what=f"engine {self.url} ready")
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"engine exited: {self.tail()}")
-        try:
-            return httpx.get(self.url + "/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
 
 
 class Load:
@@ -106,22 +82,41 @@ def prometheus_binary() -> str | None:
 
 
 class Prometheus(Process):
-    """A real Prometheus scraping `targets` (host:port) every second."""
+    """A real Prometheus scraping every second with the given scrape configs."""
 
-    def __init__(self, workdir: Path, targets: list[str]):
+    def __init__(self, workdir: Path, scrape_configs: list[dict]):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "- job_name: llmop-engines\n"
-            f"  static_configs: [{{targets: [{', '.join(targets)}]}}]\n"
-        )
+        config.write_text(json.dumps({"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                                      "scrape_configs": scrape_configs}))  # JSON is YAML
         super().__init__([prometheus_binary(), f"--config.file={config}",
                           f"--storage.tsdb.path={workdir / 'tsdb'}",
                           f"--web.listen-address=127.0.0.1:{self.port}"], workdir / "prometheus.log")
         eventually(self._ready, timeout=120, what="prometheus ready")
+
+    @classmethod
+    def pods_by_annotation(cls, workdir: Path, kubeconfig: Path, namespace: str) -> "Prometheus":
+        """Kubernetes pod discovery through the API server, keeping the pods annotated
+        `prometheus.io/scrape: "true"` at their annotated port and path, with the series labelled
+        `pod` (the conventional relabelling; the operator's pod template sets the annotations)."""
+        meta = "__meta_kubernetes_pod_annotation_prometheus_io"
+        return cls(workdir, [{
+            "job_name": "llmop-engine-pods",
+            "kubernetes_sd_configs": [{"role": "pod", "kubeconfig_file": str(kubeconfig),
+                                       "namespaces": {"names": [namespace]}}],
+            "relabel_configs": [
+                {"source_labels": [f"{meta}_scrape"], "regex": "true", "action": "keep"},
+                {"source_labels": [f"{meta}_path"], "regex": "(.+)", "target_label": "__metrics_path__"},
+                {"source_labels": ["__meta_kubernetes_pod_ip", f"{meta}_port"], "separator": ":",
+                 "target_label": "__address__"},
+                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            ],
+        }])  # fmt: skip
+
+    def has_series(self, metric: str) -> bool:
+        reply = httpx.get(self.url + "/api/v1/query", params={"query": metric}, timeout=5).json()
+        return bool(reply.get("data", {}).get("result"))
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
