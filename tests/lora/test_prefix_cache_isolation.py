@@ -71,3 +71,16 @@ def test_two_adapters_never_share_cached_blocks(cached, prompt, expected, lora_k
     assert [(a, n) for a, _, n in runs] == [(A, 0), (B, 0), (A, hit)], "B must miss, A again must hit"
     assert [t for _, t, _ in runs] == [expected[A], expected[B], expected[A]]
 
+
+def test_an_adapter_loaded_under_an_unloaded_ones_name_never_reuses_its_blocks(cached, dirs, prompt,
+                                                                                 expected, lora_kit):
+    """The cache must key by the registration, not the name: `x` unloaded and loaded again from
+    other weights is another adapter, and its requests must not read the old one's KV."""
+    cached.lora.add("x", str(dirs[A]))
+    assert generate(cached, prompt, "x", lora_kit) == (expected[A], 0)
+    cached.lora.remove("x")
+    cached.lora.add("x", str(dirs[B]))
+    tokens, num_cached = generate(cached, prompt, "x", lora_kit)
+    assert num_cached == 0, f"the new `x` reused {num_cached} tokens of KV computed by the old `x`"
+    assert tokens == expected[B]
+    assert generate(cached, prompt, "x", lora_kit)[1] > 0, "the new `x` still hits its own blocks"
