@@ -1,9 +1,11 @@
 """Chained hashes of full KV blocks: the names under which computed blocks are found again.
 
 Block i of a request is named `H(name of block i-1 ‖ token ids of block i)`; block 0's parent is the
-request's root, `H(version ‖ adapter ‖ cache_salt)`. So a block's name covers every token before it
-and the keys that must never mix (a LoRA adapter changes every layer's KV; tenants that must not
-share pick different salts), and one dictionary lookup per block finds the longest cached prefix.
+request's root, `H(version ‖ adapter ‖ adapter generation ‖ cache_salt)`. So a block's name covers
+every token before it and the keys that must never mix (a LoRA adapter changes every layer's KV,
+and a name unloaded and loaded again may hold other weights, hence the registration's generation;
+tenants that must not share pick different salts), and one dictionary lookup per block finds the
+longest cached prefix.
 
 Token ids are packed as little-endian uint32 and parents have the hash function's fixed size, so the
 byte strings are unambiguous and the same on every machine. sha256 is the default: collisions are
@@ -21,7 +23,7 @@ from typing import Callable, Sequence
 
 HashFn = Callable[[bytes], bytes]
 
-_VERSION = "llmop-prefix-v1"
+_VERSION = "llmop-prefix-v2"  # v2: the adapter generation joined the root
 HASH_NAMES = ("sha256", "xxh3_128")
 
 
@@ -53,9 +55,11 @@ class BlockHasher:
     def __post_init__(self):
         object.__setattr__(self, "_pack", struct.Struct(f"<{self.block_size}I"))
 
-    def root(self, adapter: str | None = None, cache_salt: str | None = None) -> bytes:
-        """The parent of block 0: requests share blocks only under the same adapter and salt."""
-        return self.hash_fn(json.dumps([_VERSION, adapter, cache_salt]).encode())
+    def root(self, adapter: str | None = None, cache_salt: str | None = None,
+             adapter_generation: int | None = None) -> bytes:
+        """The parent of block 0: requests share blocks only under the same registration of the same
+        adapter (`adapter_generation`, from the adapter registry) and the same salt."""
+        return self.hash_fn(json.dumps([_VERSION, adapter, adapter_generation, cache_salt]).encode())
 
     def extend(self, hashes: list[bytes], root: bytes, tokens: Sequence[int]) -> None:
         """Append to `hashes` the names of the full blocks in `tokens`, which start at the first

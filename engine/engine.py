@@ -189,9 +189,10 @@ class LLMEngine:
         grammar = self.grammars.submit(params.grammar) if params.grammar is not None else None
         if grammar is not None and grammar.done() and grammar.exception() is not None:
             raise grammar.exception()  # a GrammarError (ValueError): the caller's 400
+        leader = self._leader(share_prompt_with, prompt_token_ids, adapter, cache_salt)
         req = Request(request_id, list(prompt_token_ids), params, priority=priority, adapter=adapter,
-                      cache_salt=cache_salt, prompt_leader=self._leader(share_prompt_with, prompt_token_ids,
-                                                                        adapter, cache_salt))
+                      adapter_generation=self.lora.generation(adapter), cache_salt=cache_salt,
+                      prompt_leader=leader)
         if arrival_time is not None:
             req.times.arrival = arrival_time
         detok = IncrementalDetokenizer(self.tokenizer, req.prompt_token_ids, params.stop,

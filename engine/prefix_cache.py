@@ -81,7 +81,8 @@ class PrefixCache:
         hashes, bs = req.block_hashes, self.hasher.block_size
         full = req.num_tokens // bs
         if len(hashes) < full:
-            root = self.hasher.root(req.adapter, req.cache_salt) if not hashes else b""
+            root = (self.hasher.root(req.adapter, req.cache_salt, req.adapter_generation)
+                    if not hashes else b"")
             self.hasher.extend(hashes, root, req.token_slice(len(hashes) * bs, full * bs))
         return hashes
 

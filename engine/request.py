@@ -49,6 +49,7 @@ class Request:
     params: SamplingParams
     priority: int = 0  # smaller runs first, as in vLLM; ties go to the earlier arrival
     adapter: str | None = None
+    adapter_generation: int | None = None  # which registration of `adapter` (names can be reused)
     cache_salt: str | None = None  # requests share cached KV only under the same adapter and salt
     prompt_leader: "Request | None" = field(default=None, repr=False)  # an earlier choice of the same prompt
     output_token_ids: list[int] = field(default_factory=list)

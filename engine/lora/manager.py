@@ -133,6 +133,12 @@ class LoraManager:
         self.counters.pop(name, None)
         self._refresh()
 
+    def generation(self, adapter: str | None) -> int | None:
+        """Which registration `adapter` names now (None for the base model). The prefix cache keys
+        by it, not by the name alone: an adapter unloaded and another loaded under its name must
+        not be served the KV computed with the old weights."""
+        return None if adapter is None else self.registry.info(adapter).generation
+
     def infos(self) -> list[AdapterInfo]:
         return self.registry.infos() if self.enabled else []
 

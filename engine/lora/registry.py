@@ -39,6 +39,7 @@ class AdapterInfo:
     pinned: bool
     slot: int | None
     error: str | None
+    generation: int  # which registration of `name` this is (see AdapterRegistry.begin)
 
 
 @dataclass
@@ -46,6 +47,7 @@ class _Entry:
     name: str
     source: str
     pinned: bool
+    generation: int
     state: AdapterState = AdapterState.LOADING
     host: object | None = None
     slot: int | None = None
@@ -68,6 +70,7 @@ class AdapterRegistry:
         self._entries: dict[str, _Entry] = {}
         self._slots: list[str | None] = [None] * max_slots
         self._clock = itertools.count(1)
+        self._generations = itertools.count(1)
         self.num_slot_loads = 0
         self.num_disk_loads = 0
         self._failed_since: set[str] = set()  # failures not yet taken by `take_failed`
@@ -75,13 +78,16 @@ class AdapterRegistry:
     # --- registration -----------------------------------------------------------------------------
 
     def begin(self, name: str, source: str, pinned: bool = False) -> None:
-        """Register `name` in state LOADING (a FAILED entry may be registered again)."""
+        """Register `name` in state LOADING (a FAILED entry may be registered again). Each registration
+        gets a new `generation`, never reused: a name unloaded and loaded again may hold other
+        weights, so what was computed under the old registration (cached KV) must not be found
+        under the new one. Reads back from disk keep the generation (the same registration)."""
         old = self._entries.get(name)
         if old is not None and old.state is not AdapterState.FAILED:
             raise AdapterConflict(f"adapter {name!r} already exists ({old.state.value})")
         if pinned and sum(e.pinned for e in self._entries.values() if e.name != name) >= self.max_slots:
             raise AdapterConflict(f"cannot pin {name!r}: all {self.max_slots} slots are pinned")
-        self._entries[name] = _Entry(name, source, pinned)
+        self._entries[name] = _Entry(name, source, pinned, next(self._generations))
 
     def finish(self, name: str, adapter: object, in_use: Collection[str] = ()) -> None:
         """The read succeeded: the adapter joins host memory (a pinned one also takes a slot)."""
@@ -207,7 +213,7 @@ class AdapterRegistry:
 
     def info(self, name: str) -> AdapterInfo:
         e = self._get(name)
-        return AdapterInfo(e.name, e.source, e.state, e.pinned, e.slot, e.error)
+        return AdapterInfo(e.name, e.source, e.state, e.pinned, e.slot, e.error, e.generation)
 
     def infos(self) -> list[AdapterInfo]:
         return [self.info(n) for n in list(self._entries)]  # list(): a safe copy from another thread

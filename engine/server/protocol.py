@@ -101,9 +101,10 @@ class SamplingRequest(_Strict):
     logit_bias: dict[str, float] | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
+    # vLLM's extension: requests share cached prompt KV only under the same salt (docs/server.md).
+    cache_salt: str | None = Field(None, min_length=1, max_length=256)
     # Accepted and ignored (docs/server.md says why).
     user: str | None = None
-    cache_salt: str | None = Field(None, min_length=1, max_length=256)  # share cached KV only within a salt
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
     safety_identifier: str | None = None

@@ -20,7 +20,8 @@ from llmop.engine.block_manager import BlockManager, BlockPool
 
 NUM_BLOCKS, BS = 20, 4
 HASHER = BlockHasher(BS)
-ROOTS = [HASHER.root(), HASHER.root(adapter="a"), HASHER.root(cache_salt="tenant-b")]
+ROOTS = [HASHER.root(), HASHER.root(adapter="a"), HASHER.root(cache_salt="tenant-b"),
+         HASHER.root(adapter="a", adapter_generation=2)]  # another registration of "a"
 PREFIXES = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], [5, 6, 7, 8, 20, 21, 22, 23, 24], [30, 31]]
 
 

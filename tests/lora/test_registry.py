@@ -95,3 +95,18 @@ def test_remove_is_refused_while_in_use_and_frees_the_slot():
     assert reg.ensure_resident(["b"], in_use=set()) == {"b": 0} and t.slots == {0: "weights-of-b"}
     with pytest.raises(AdapterConflict, match="exists"):
         reg.add("b", "/b")
+
+
+def test_every_registration_gets_a_new_generation_and_a_reload_keeps_it():
+    """The prefix cache keys by the generation: a name loaded again is another adapter, a read
+    back from disk is the same one."""
+    reg, _ = make(max_slots=1, max_host=1)
+    reg.add("a", "/a")
+    first = reg.info("a").generation
+    reg.add("b", "/b")  # host tier of 1: a goes to disk
+    assert reg.state("a") is AdapterState.DISK
+    reg.ensure_resident(["a"], in_use=set())
+    assert reg.info("a").generation == first
+    reg.remove("a")
+    reg.add("a", "/other-a")
+    assert reg.info("a").generation not in (first, reg.info("b").generation)
