@@ -1,4 +1,5 @@
-"""Prompts and Hugging Face reference continuations shared by the engine tests."""
+"""Prompts and Hugging Face reference continuations shared by the engine tests, and the greedy
+checks shared by the speculative-decoding tests."""
 
 import pytest
 
@@ -61,3 +62,30 @@ def reference_tokens(engine_llm, prompt_ids, greedy):
 def hf_continuations(hf_reference, prompt_ids):
     """Greedy continuation of each prompt by HF, one prompt at a time."""
     return [hf_greedy(hf_reference, ids, NEW_TOKENS) for ids in prompt_ids]
+
+
+@pytest.fixture(scope="session")
+def greedy_equality(prompt_ids, reference_tokens, new_tokens, greedy):
+    """The two greedy checks every speculative engine passes (n-gram in test_speculative.py, the
+    drafts in test_draft_speculation.py), written once:
+
+    - `one_at_a_time(llm, invariant=None)`: each prompt alone gives `reference_tokens`, and
+      `invariant(llm)` (a block-accounting check) holds after every prompt.
+    - `concurrently_with_preemption(llm)`: every prompt twice at once gives them too, the engine
+      preempted and speculated meanwhile (its KV budget must be small enough)."""
+    import types
+
+    def one_at_a_time(llm, invariant=None):
+        for ids, expected in zip(prompt_ids, reference_tokens):
+            assert list(llm.generate([ids], greedy(new_tokens))[0].token_ids) == expected
+            assert invariant is None or invariant(llm), f"{invariant.__name__} fails after prompt {ids[:8]}..."
+
+    def concurrently_with_preemption(llm):
+        eng = llm.engine
+        before = (eng.stats().num_preemptions, eng.speculator.counters.drafts)
+        outs = llm.generate(prompt_ids * 2, greedy(new_tokens))
+        assert [list(o.token_ids) for o in outs] == reference_tokens * 2
+        assert eng.stats().num_preemptions > before[0], "the small KV budget must force preemption"
+        assert eng.speculator.counters.drafts > before[1], "speculation must have run"
+
+    return types.SimpleNamespace(one_at_a_time=one_at_a_time, concurrently_with_preemption=concurrently_with_preemption)

@@ -157,12 +157,9 @@ def test_a_draft_with_another_vocabulary_is_refused(engine_llm, hf_checkpoint_di
 
 
 @pytest.mark.parametrize("draft", ["self_draft", "truncated_draft"])
-def test_greedy_tokens_equal_without_speculation_one_at_a_time(draft, request, prompt_ids, reference_tokens,
-                                                               new_tokens, greedy):
+def test_greedy_tokens_equal_without_speculation_one_at_a_time(draft, request, greedy_equality):
     llm = request.getfixturevalue(draft)
-    for ids, expected in zip(prompt_ids, reference_tokens):
-        assert list(llm.generate([ids], greedy(new_tokens))[0].token_ids) == expected
-        assert all_blocks_free(llm)
+    greedy_equality.one_at_a_time(llm, invariant=all_blocks_free)
     c = llm.engine.speculator.counters
     assert c.accepted_tokens > 0, "speculation must have run and been accepted"
     if draft == "self_draft":  # the target as its own draft proposes the target's argmax
@@ -170,15 +167,9 @@ def test_greedy_tokens_equal_without_speculation_one_at_a_time(draft, request, p
 
 
 @pytest.mark.parametrize("draft", ["self_draft", "truncated_draft"])
-def test_greedy_tokens_equal_concurrently_with_preemption(draft, request, prompt_ids, reference_tokens, new_tokens,
-                                                          greedy):
+def test_greedy_tokens_equal_concurrently_with_preemption(draft, request, greedy_equality):
     llm = request.getfixturevalue(draft)
-    eng = llm.engine
-    before = (eng.stats().num_preemptions, eng.speculator.counters.drafts)
-    outs = llm.generate(prompt_ids * 2, greedy(new_tokens))
-    assert [list(o.token_ids) for o in outs] == reference_tokens * 2
-    assert eng.stats().num_preemptions > before[0], "the small KV budget must force preemption"
-    assert eng.speculator.counters.drafts > before[1]
+    greedy_equality.concurrently_with_preemption(llm)
     assert all_blocks_free(llm), "a rejection, a preemption or a finish leaked a block"
 
 

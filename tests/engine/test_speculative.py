@@ -4,7 +4,8 @@ Greedy: the tokens with speculation on equal those with it off, one prompt at a 
 concurrent requests under a KV budget small enough to preempt; every block is free afterwards.
 Sampled: seeded requests give the same tokens with speculation as without, seed by seed (n-gram
 proposals have probability 1, so exact rejection sampling accepts exactly when the target's own
-sample equals the proposal).
+sample equals the proposal). Several tokens per step keep min_tokens and top-5 logprobs exact; a
+rejection gives its blocks back in the step; grammar and penalty requests are not speculated.
 """
 
 import pytest
@@ -29,22 +30,16 @@ def spec_llm():
                max_num_batched_tokens=512, speculative={"method": "ngram", "num_tokens": 4, "max_batch_size": 16})
 
 
-def test_greedy_tokens_equal_without_speculation_one_at_a_time(spec_llm, prompt_ids, reference_tokens, new_tokens,
-                                                                greedy):
+def test_greedy_tokens_equal_without_speculation_one_at_a_time(spec_llm, greedy_equality):
     counters = spec_llm.engine.speculator.counters
     before = counters.accepted_tokens
-    for ids, expected in zip(prompt_ids, reference_tokens):
-        assert list(spec_llm.generate([ids], greedy(new_tokens))[0].token_ids) == expected
+    greedy_equality.one_at_a_time(spec_llm)
     assert counters.accepted_tokens > before, "speculation must have run and been accepted"
 
 
-def test_greedy_tokens_equal_concurrently_with_preemption(spec_llm, prompt_ids, reference_tokens, new_tokens, greedy):
+def test_greedy_tokens_equal_concurrently_with_preemption(spec_llm, greedy_equality):
+    greedy_equality.concurrently_with_preemption(spec_llm)
     eng = spec_llm.engine
-    before = (eng.stats().num_preemptions, eng.speculator.counters.drafts)
-    outs = spec_llm.generate(prompt_ids * 2, greedy(new_tokens))
-    assert [list(o.token_ids) for o in outs] == reference_tokens * 2
-    assert eng.stats().num_preemptions > before[0], "the small KV budget must force preemption"
-    assert eng.speculator.counters.drafts > before[1]
     assert eng.blocks.pool.num_free == eng.blocks.pool.num_blocks, "rejected proposals leaked blocks"
 
 
@@ -96,3 +91,77 @@ def test_proposals_only_take_blocks_nobody_else_needs(num_blocks, expected_spec)
     assert not out.preempted
     spec = {c.request.request_id: c.num_spec for c in out.chunks}
     assert spec == {"a": expected_spec, "b": 0}
+
+
+MIN_TOKENS_PROMPTS = ["Question: what is 17 times 23?\nAnswer:",  # greedy: EOS after 23 tokens
+                      "Paris is the capital of France. Berlin is the capital of"]  # EOS after 26
+
+
+def test_logprobs_and_min_tokens_with_several_tokens_per_step(spec_llm, engine_llm):
+    """Both prompts answer, end with EOS, and repeat their answer when EOS is held back: long
+    accepted runs in which the EOS mask of min_tokens moves (each verified position is its own
+    output index) and each accepted token needs its own logprobs. With top-5 logprobs and
+    min_tokens 0, 24, 31 and 40 the tokens, the finish reasons and the logprobs (top-5 ids in
+    order, values within 1e-4) equal those without speculation; no EOS comes before min_tokens,
+    and min_tokens changed some output (it can fail)."""
+    eos = set(engine_llm.tokenizer.eos_token_ids)
+    cases = [(engine_llm.tokenizer.encode(p), m) for p in MIN_TOKENS_PROMPTS for m in (0, 24, 31, 40)]
+    params = [SamplingParams(max_tokens=48, min_tokens=m, temperature=0.0, logprobs=5) for _, m in cases]
+    counters = spec_llm.engine.speculator.counters
+    before = counters.accepted_tokens
+    got = spec_llm.generate([ids for ids, _ in cases], params)
+    assert counters.accepted_tokens > before, "speculation must have accepted several tokens per step"
+    want = engine_llm.generate([ids for ids, _ in cases], params)
+    for (_, m), g, w in zip(cases, got, want):
+        assert (g.token_ids, g.finish_reason) == (w.token_ids, w.finish_reason)
+        assert len(g.logprobs) == len(g.token_ids)
+        for a, b in zip(g.logprobs, w.logprobs):
+            assert a.token_id == b.token_id and [t for t, _ in a.top] == [t for t, _ in b.top]
+            assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
+            assert [lp for _, lp in a.top] == pytest.approx([lp for _, lp in b.top], abs=1e-4)
+        assert len(g.token_ids) >= m and not eos & set(g.token_ids[:m])
+    lengths = [len(g.token_ids) for g in got]  # min_tokens 40 is past both natural ends
+    assert lengths[3] > lengths[0] and lengths[7] > lengths[4], "min_tokens must have held EOS back"
+
+
+def test_rejected_tokens_give_their_blocks_back_in_the_step(spec_llm, prompt_ids, greedy, monkeypatch):
+    """Every verify step ends with each verified request holding exactly the blocks of its
+    computed tokens (ceil(computed / block size)), the blocks that held only rejected proposals
+    back in the pool at once, not when the request finishes. Some step must have shrunk a table
+    (a rejection that crossed a block boundary), so the check cannot pass vacuously."""
+    eng = spec_llm.engine
+    blocks, commit = eng.blocks, eng.scheduler.commit
+    shrunk = []
+
+    def checked_commit(out, rejected=None):
+        verified = [c.request for c in out.chunks if c.num_spec]
+        held = {r.request_id: len(blocks.tables[r.request_id]) for r in verified}
+        free = blocks.pool.num_free
+        commit(out, rejected)
+        for r in verified:
+            table = blocks.tables[r.request_id]
+            assert len(table) == blocks.blocks_for(r.num_computed_tokens), (r.request_id, len(table))
+            shrunk.append(held[r.request_id] - len(table))
+        assert blocks.pool.num_free == free + sum(shrunk[len(shrunk) - len(verified):])
+
+    monkeypatch.setattr(eng.scheduler, "commit", checked_commit)
+    spec_llm.generate(prompt_ids, greedy(64))
+    assert max(shrunk, default=0) > 0, "no rejection released a block: the check did not run"
+
+
+def test_grammar_and_penalty_requests_are_not_speculated(spec_llm, engine_llm, prompt_ids):
+    """A grammar's state and the penalties' token counts advance one token at a time, so these
+    requests are never given proposals (speculator._num_tokens): on the repetitive prompt, where
+    n-gram lookup proposes at nearly every step, no draft is counted and the tokens equal those
+    without speculation."""
+    from llmop.engine.grammar.spec import GrammarSpec
+
+    params = [SamplingParams(max_tokens=24, temperature=0.0, grammar=GrammarSpec.regex(r"( [a-z]+)+")),
+              SamplingParams(max_tokens=24, temperature=0.0, repetition_penalty=1.3),
+              SamplingParams(max_tokens=24, temperature=0.0, frequency_penalty=0.5)]
+    counters = spec_llm.engine.speculator.counters
+    before = counters.drafts
+    for p in params:  # one at a time: each must go unspeculated on its own
+        got = spec_llm.generate([prompt_ids[-1]], p)[0]
+        assert got.token_ids == engine_llm.generate([prompt_ids[-1]], p)[0].token_ids
+    assert counters.drafts == before, "a grammar or penalty request was speculated"
