@@ -356,6 +356,7 @@ class LLMEngine:
                 reason = FinishReason.LENGTH
             if reason is not None:
                 break
+        self.lora.count_generated(r.adapter, len(new_ids))
         if reason is not None:
             text += t.detok.flush()
             self.scheduler.finish(r, reason)

@@ -198,7 +198,8 @@ class LoraManager:
     def plan_step(self, chunks: tuple) -> tuple[tuple, LoraMapping | None]:
         """After scheduling: make the step's adapters resident, order the chunks by slot (base
         requests first, each adapter's tokens contiguous, which the LoRA ops exploit), charge the
-        fair queue and count tokens. Returns the chunks in batch order and the step's LoRA mapping
+        fair queue and count prompt tokens (generated ones are counted as they are emitted:
+        `count_generated`). Returns the chunks in batch order and the step's LoRA mapping
         (None when LoRA is off, or no slot write is due and no token uses an adapter)."""
         if not self.enabled:
             return chunks, None
@@ -215,12 +216,17 @@ class LoraManager:
             n = self.counters.get(c.request.adapter) if c.request.adapter is not None else None
             if n is not None:
                 n.prompt_tokens += max(0, min(c.start + c.num_tokens, c.request.num_prompt_tokens) - c.start)
-                n.generation_tokens += int(c.completes)
         if time.monotonic() - self._snapshot_time > SNAPSHOT_PERIOD_S:
             self._refresh()
         if token_slots is None and not loads:
             return chunks, None
         return chunks, LoraMapping(token_slots, loads)
+
+    def count_generated(self, adapter: str | None, num_tokens: int) -> None:
+        """Tokens a request of `adapter` emitted this step (several when speculation was accepted)."""
+        n = self.counters.get(adapter) if adapter is not None else None
+        if n is not None:
+            n.generation_tokens += num_tokens
 
     def stats(self) -> LoraStats:
         """Compute a fresh snapshot (engine thread); other threads read `snapshot`."""

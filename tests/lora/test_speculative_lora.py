@@ -42,9 +42,14 @@ def test_greedy_tokens_with_adapters_equal_without_speculation(spec_engine, lora
         for r in engine.scheduler.running:
             accepted[r.adapter] = max(accepted.get(r.adapter, 0), r.num_spec_accepted)
 
+    before = {name: gen for name, _, _, gen in spec_engine.lora.stats().counters}
     got = generate(spec_engine, lora_kit, "spec", record)
     want = generate(lora_engine, lora_kit, "plain")
     assert got == want
+    # Per-adapter generated-token counters count every emitted token, not one per step.
+    counted = {name: gen - before.get(name, 0) for name, _, _, gen in spec_engine.lora.stats().counters}
+    emitted = {m: sum(len(v) for (i, mm), v in got.items() if mm == m) for m in lora_kit.MODELS if m is not None}
+    assert {m: counted.get(m, 0) for m in emitted} == emitted
     assert all(accepted.get(m, 0) > 0 for m in lora_kit.MODELS), f"proposals accepted per model: {accepted}"
     draft_blocks = getattr(spec_engine.speculator.proposer, "blocks", None)  # the draft's own cache
     for pool in [spec_engine.blocks.pool] + ([draft_blocks.pool] if draft_blocks else []):
