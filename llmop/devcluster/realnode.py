@@ -166,9 +166,12 @@ def kubelet_config(layout: NodeLayout, ports: NodePorts, client_ca: Path) -> dic
         "resolvConf": "/etc/resolv.conf",
         "maxPods": 32,
         "serializeImagePulls": False,
-        # Engine images are large; the default thresholds would evict them on a busy disk.
-        "imageGCHighThresholdPercent": 95,
-        "imageGCLowThresholdPercent": 90,
+        # No image garbage collection: every image here is built locally and cannot be pulled back,
+        # and the pause image is not pinned by containerd 1.6. On a shared disk the kubelet's GC
+        # removed the pause image between tests and every new pod failed to get a sandbox.
+        # `images.prune` drops our own stale builds instead.
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2%", "imagefs.available": "2%"},
         "protectKernelDefaults": False,
         "registerNode": True,

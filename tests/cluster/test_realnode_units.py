@@ -15,6 +15,7 @@ def test_everything_listens_on_loopback_or_the_bridge_and_keeps_off_the_system_c
     kubelet = realnode.kubelet_config(node, realnode.NodePorts(), tmp_path / "ca.crt")
     assert kubelet["address"] == realnode.GATEWAY and kubelet["healthzBindAddress"] == "127.0.0.1"
     assert kubelet["readOnlyPort"] == 0
+    assert kubelet["imageGCHighThresholdPercent"] == 100  # local images (pause included) are never pulled back
     # Pods share the bridge with the kubelet's API: nobody anonymous, everyone authorized by the API server.
     assert kubelet["authentication"]["anonymous"]["enabled"] is False
     assert kubelet["authentication"]["x509"]["clientCAFile"] == str(tmp_path / "ca.crt")

@@ -91,7 +91,7 @@ def test_pods_source_discovers_the_pods_and_scales_them_up_and_down(k8s_cluster,
 
 @pytest.mark.skipif(prometheus_binary() is None, reason="needs Debian's prometheus package")
 def test_prometheus_scraping_pods_by_annotation_drives_the_same_scaling(k8s_cluster, pod_ns, tmp_path):
-    prom = Prometheus.pods_by_annotation(tmp_path, k8s_cluster.kubeconfig, pod_ns)
+    prom = Prometheus.pods_by_annotation(tmp_path, k8s_cluster, pod_ns)
     try:
         body, pod = surge(k8s_cluster, pod_ns, "chat-prom",
                           {"source": "prometheus", "prometheus": {"url": prom.url}})

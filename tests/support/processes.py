@@ -96,15 +96,21 @@ class Prometheus(Process):
         eventually(self._ready, timeout=120, what="prometheus ready")
 
     @classmethod
-    def pods_by_annotation(cls, workdir: Path, kubeconfig: Path, namespace: str) -> "Prometheus":
-        """Kubernetes pod discovery through the API server, keeping the pods annotated
-        `prometheus.io/scrape: "true"` at their annotated port and path, with the series labelled
-        `pod` (the conventional relabelling; the operator's pod template sets the annotations)."""
+    def pods_by_annotation(cls, workdir: Path, cluster, namespace: str) -> "Prometheus":
+        """Prometheus scraping the namespace's pods annotated `prometheus.io/scrape: "true"` at
+        their annotated port and path, the series labelled `pod`: the conventional relabelling of
+        Kubernetes pod discovery (the operator's pod template sets the annotations).
+
+        Debian's Prometheus is built without Kubernetes service discovery (its binary has file,
+        docker and ec2 SD only), so `PodFileSD` lists the pods every second and writes them as
+        file_sd targets carrying the `__meta_kubernetes_pod_*` labels Kubernetes SD gives; the
+        relabelling below is the one a cluster's Prometheus runs."""
         meta = "__meta_kubernetes_pod_annotation_prometheus_io"
-        return cls(workdir, [{
+        targets = workdir / "pods.json"
+        sd = PodFileSD(cluster, namespace, targets)
+        prom = cls(workdir, [{
             "job_name": "llmop-engine-pods",
-            "kubernetes_sd_configs": [{"role": "pod", "kubeconfig_file": str(kubeconfig),
-                                       "namespaces": {"names": [namespace]}}],
+            "file_sd_configs": [{"files": [str(targets)], "refresh_interval": "1s"}],
             "relabel_configs": [
                 {"source_labels": [f"{meta}_scrape"], "regex": "true", "action": "keep"},
                 {"source_labels": [f"{meta}_path"], "regex": "(.+)", "target_label": "__metrics_path__"},
@@ -113,6 +119,13 @@ class Prometheus(Process):
                 {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
             ],
         }])  # fmt: skip
+        prom.discovery = sd
+        return prom
+
+    def stop(self) -> None:
+        if (sd := getattr(self, "discovery", None)) is not None:
+            sd.stop()
+        super().stop()
 
     def has_series(self, metric: str) -> bool:
         reply = httpx.get(self.url + "/api/v1/query", params={"query": metric}, timeout=5).json()
@@ -125,3 +138,45 @@ class Prometheus(Process):
             return httpx.get(self.url + "/-/ready", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+class PodFileSD(threading.Thread):
+    """Every second: the namespace's running pods with an IP, as file_sd target groups labelled
+    the way Prometheus's Kubernetes pod discovery labels them (written atomically)."""
+
+    def __init__(self, cluster, namespace: str, path: Path):
+        super().__init__(daemon=True)
+        self.cluster, self.namespace, self.path = cluster, namespace, path
+        self.halt = threading.Event()
+        self._write()  # Prometheus reads the file at start-up
+        self.start()
+
+    def groups(self) -> list[dict]:
+        out = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-o", "json", check=False)
+        pods = json.loads(out.stdout).get("items", []) if out.returncode == 0 else []
+        groups = []
+        for pod in pods:
+            ip = pod.get("status", {}).get("podIP")
+            if not ip or pod["metadata"].get("deletionTimestamp"):
+                continue
+            labels = {"__meta_kubernetes_namespace": self.namespace,
+                      "__meta_kubernetes_pod_name": pod["metadata"]["name"],
+                      "__meta_kubernetes_pod_ip": ip}  # fmt: skip
+            for key, value in (pod["metadata"].get("annotations") or {}).items():
+                name = "".join(c if c.isalnum() else "_" for c in key)
+                labels[f"__meta_kubernetes_pod_annotation_{name}"] = value
+            groups.append({"targets": [f"{ip}:80"], "labels": labels})  # __address__ is relabelled
+        return groups
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.groups()))
+        tmp.replace(self.path)
+
+    def run(self) -> None:
+        while not self.halt.wait(1.0):
+            self._write()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=10)
