@@ -167,14 +167,16 @@ def engine_llm():
 #   thread on a free port, once per session. Has .url, .state (ServerState), .engine (LLMEngine),
 #   .fresh_stats() (EngineStats read on the engine thread), .admin_token (the admin credential: a
 #   request presenting it as a bearer token is trusted, e.g. its `priority` is honoured).
+# engine_server_factory: another such server with EngineConfig overrides, for a test that needs them.
 # openai_client / async_openai_client: the official SDK pointed at it, without retries.
 
 
 ADMIN_TOKEN = "test-admin-credential-0123456789"
 
 
-@pytest.fixture(scope="session")
-def engine_server(tmp_path_factory):
+def _start_engine_server(token_dir: Path, **config):
+    """The embedded model (fp32) behind `create_app` on a BackgroundServer, with the admin credential;
+    `config` overrides the EngineConfig defaults below."""
     import asyncio
 
     from llmop.engine.config import EngineConfig
@@ -182,10 +184,11 @@ def engine_server(tmp_path_factory):
     from llmop.engine.server.app import create_app
     from llmop.engine.server.runner import BackgroundServer
 
-    token_file = tmp_path_factory.mktemp("admin") / "token"
+    token_file = token_dir / "token"
     token_file.write_text(ADMIN_TOKEN + "\n")
-    config = EngineConfig(dtype="float32", kv_cache_memory_bytes=256 << 20, max_num_seqs=32,
-                          max_num_batched_tokens=512, max_model_len=2048, admin_token_file=str(token_file))
+    config = EngineConfig(**{"dtype": "float32", "kv_cache_memory_bytes": 256 << 20, "max_num_seqs": 32,
+                             "max_num_batched_tokens": 512, "max_model_len": 2048,
+                             "admin_token_file": str(token_file), **config})
     engine = LLMEngine(config)
     app = create_app(engine, config)
     server = BackgroundServer(app).start()
@@ -198,8 +201,29 @@ def engine_server(tmp_path_factory):
         return asyncio.run_coroutine_threadsafe(call, server.server._loop).result(30)
 
     server.fresh_stats = fresh_stats
+    return server
+
+
+@pytest.fixture(scope="session")
+def engine_server(tmp_path_factory):
+    server = _start_engine_server(tmp_path_factory.mktemp("admin"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def engine_server_factory(tmp_path_factory):
+    """Starts another such server with EngineConfig overrides (`factory(max_model_len=96)`); each is
+    stopped at the end of the session."""
+    started = []
+
+    def factory(**config):
+        started.append(_start_engine_server(tmp_path_factory.mktemp("admin"), **config))
+        return started[-1]
+
+    yield factory
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from llmop.engine.outputs import RequestOutput
-from llmop.engine.server.errors import APIError
+from llmop.engine.server.errors import ERROR_RESPONSES, APIError
 from llmop.engine.server.logprobs import chat_logprobs
 from llmop.engine.server.protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk,
                                           ChatCompletionRequest, ChatCompletionResponse, ChatMessage,
@@ -110,7 +110,8 @@ def render_chat(state: ServerState, messages: list[ChatMessage], plan: ToolPlan 
                        param="messages") from None
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", responses={
+    200: {"model": ChatCompletionResponse, "content": {"text/event-stream": {}}}, **ERROR_RESPONSES})
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  state: ServerState = Depends(get_state)):
     state.check_open()

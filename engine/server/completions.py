@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from llmop.engine.outputs import RequestOutput
-from llmop.engine.server.errors import APIError
+from llmop.engine.server.errors import ERROR_RESPONSES, APIError
 from llmop.engine.server.logprobs import completion_logprobs
 from llmop.engine.server.protocol import CompletionChoice, CompletionRequest, CompletionResponse, Usage
 from llmop.engine.server.serving import Choice, serve
@@ -58,7 +58,8 @@ def _prompts(state: ServerState, prompt: str | list[int] | list[str] | list[list
     return [list(ids) for ids in batch]
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", responses={
+    200: {"model": CompletionResponse, "content": {"text/event-stream": {}}}, **ERROR_RESPONSES})
 async def create_completion(body: CompletionRequest, request: Request, state: ServerState = Depends(get_state)):
     state.check_open()
     state.resolve_model(body.model)  # an unknown model is refused before any tokenizing

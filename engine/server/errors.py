@@ -3,7 +3,8 @@
 Routes raise `APIError`; FastAPI's own failures (422 validation, invalid JSON, unknown route,
 wrong method) and unexpected exceptions are converted by the handlers installed here, so a client
 (the openai SDK maps status codes to exception classes) never sees another shape. Each rejection
-carries a bounded `reason` for `llmop_request_rejected_total`.
+carries a bounded `reason` for `llmop_request_rejected_total`. `ERROR_RESPONSES` documents that body in
+the OpenAPI document, in place of FastAPI's 422 (which this server never sends).
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from llmop.engine.server.protocol import ErrorResponse
+
 log = logging.getLogger("llmop.server")
+
+# `responses=` of a route that can refuse: any 4xx (400, 404, 413, 429 ...) or a 503 (draining, queue
+# timeout) carries an OpenAI error body. A "4XX" entry also keeps FastAPI from documenting its 422.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"description": "Refused: an OpenAI error body", "model": ErrorResponse},
+    503: {"description": "Draining, or the request waited too long in the queue", "model": ErrorResponse},
+}
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error",
@@ -88,6 +98,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None, s
     param = ".".join(common) or None
     msg = first.get("msg", "invalid value")
     if first.get("type") == "missing" and len(errors) == 1:
+        if param is None:
+            return "the request has no body: send a JSON object", None, "invalid_request"
         return f"missing required field {param!r}", param, "invalid_request"
     if first.get("type") == "model_attributes_type" or not param:
         return f"the body must be a JSON object: {msg}", param, "invalid_request"

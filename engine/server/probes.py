@@ -7,7 +7,7 @@ soon as a drain starts, so the Service stops routing new requests here.
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from llmop.engine.lora.registry import AdapterState
@@ -17,7 +17,7 @@ from llmop.engine.server.state import ServerState, get_state
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get("/health", responses={503: {"description": "The engine stopped or failed"}})
 async def health(state: ServerState = Depends(get_state)):
     if not state.engine.is_running:
         reason = state.engine.failure
@@ -26,14 +26,14 @@ async def health(state: ServerState = Depends(get_state)):
     return {"status": "ok"}
 
 
-@router.get("/ready")
+@router.get("/ready", responses={503: {"description": "Not ready, or draining"}})
 async def ready(state: ServerState = Depends(get_state)):
     if not state.ready:
         return JSONResponse({"ready": False, "draining": state.draining}, status_code=503)
     return {"ready": True}
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(state: ServerState = Depends(get_state)):
     return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
@@ -51,6 +51,6 @@ def model_cards(state: ServerState) -> list[ModelCard]:
                       max_model_len=state.max_model_len), *adapter_model_cards(state)]
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", response_model=ModelList)
 async def list_models(state: ServerState = Depends(get_state)):
     return ModelList(data=model_cards(state))

@@ -6,6 +6,11 @@ Fields that OpenAI defines but this engine does not implement are declared here 
 be refused by name (`sampling.check_supported`) rather than reported as unknown; the fields that
 are accepted and ignored say why in docs/server.md. Sampling fields common to completions and chat
 live in one base class; `sampling.to_sampling_params` is the only place they become `SamplingParams`.
+
+The bounds those checks enforce (sampling.py, SamplingParams, tools.py) are published in the OpenAPI
+document with `_doc` and `_NULL_ONLY`, schema only: validation, and so each error's message and
+`param`, stays where it is. tests/server/test_schema_fuzz.py holds the two together: data valid
+under the document is mostly accepted, data outside it is always refused.
 """
 
 from __future__ import annotations
@@ -16,9 +21,27 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmop.engine.sampling_params import INT64_MAX, INT64_MIN
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+
+MAX_N = 16  # choices per request
+MAX_LOGPROBS = 20  # alternatives per token (SamplingParams)
+
+
+def _doc(typ, **schema):
+    """`typ` whose published JSON schema also carries `schema` (bounds the server checks elsewhere)."""
+    return Annotated[typ, Field(json_schema_extra=schema)]
+
+
+# A field OpenAI defines that this server refuses unless absent or null (sampling.check_supported).
+_NULL_ONLY = {"type": "null"}
+_Text = _doc(str, minLength=1)  # stop strings and prompts: empty ones are refused
+_TokenId = _doc(int, minimum=0)  # the upper bound is the model's vocabulary, published per server (app.py)
+_TokenIds = _doc(list[_TokenId], minItems=1)
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -71,34 +94,38 @@ ResponseFormat = Annotated[Union[ResponseFormatText, ResponseFormatJSONObject, R
 class StructuredOutputs(_Strict):
     """llmop's (and vLLM's) extension: exactly one constraint on the output text."""
 
+    model_config = ConfigDict(json_schema_extra={"oneOf": [  # exactly one given (structured.py)
+        {"required": [k], "properties": {k: {"not": {"type": "null"}}}} for k in ("json", "regex", "choice")]})
+
     json_: dict[str, Any] | None = Field(default=None, alias="json")
     regex: str | None = None
-    choice: list[str] | None = None
+    choice: _doc(list[_Text], minItems=1) | None = None
 
 
 class SamplingRequest(_Strict):
     """Fields shared by /v1/completions and /v1/chat/completions (OpenAI's and vLLM's extras)."""
 
     model: str | None = None
-    n: int = 1
+    n: int = Field(1, json_schema_extra={"minimum": 1, "maximum": MAX_N})
     stream: bool = False
     stream_options: StreamOptions | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
+    temperature: _doc(float, minimum=0) | None = None
+    top_p: _doc(float, exclusiveMinimum=0, maximum=1) | None = None
+    top_k: _doc(int, minimum=-1, maximum=2**31 - 1) | None = None  # -1 and 0: off
+    min_p: _doc(float, minimum=0, maximum=1) | None = None
+    seed: _doc(int, minimum=INT64_MIN, maximum=INT64_MAX) | None = None
+    stop: _Text | list[_Text] | None = None
+    stop_token_ids: list[_TokenId] | None = None
+    presence_penalty: _doc(float, minimum=-2, maximum=2) | None = None
+    frequency_penalty: _doc(float, minimum=-2, maximum=2) | None = None
+    repetition_penalty: _doc(float, exclusiveMinimum=0) | None = None
     ignore_eos: bool = False
-    min_tokens: int = 0
+    min_tokens: int = Field(0, json_schema_extra={"minimum": 0, "description": "at most max_tokens"})
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
-    priority: int = 0
-    logit_bias: dict[str, float] | None = None
+    priority: int = Field(0, json_schema_extra={
+        "description": "non-zero only from a trusted caller (the admin credential as bearer token)"})
+    logit_bias: _doc(dict[str, float], propertyNames={"pattern": "^[0-9]+$"}) | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
     # vLLM's extension: requests share cached prompt KV only under the same salt (docs/server.md).
@@ -110,7 +137,7 @@ class SamplingRequest(_Strict):
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     # Known, refused unless off (sampling.check_supported).
-    store: bool | None = None
+    store: _doc(bool, enum=[False]) | None = None
 
     @abc.abstractmethod
     def requested_max_tokens(self) -> int | None:
@@ -122,12 +149,13 @@ class SamplingRequest(_Strict):
 
 
 class CompletionRequest(SamplingRequest):
-    prompt: str | list[int] | list[str] | list[list[int]]
-    max_tokens: int | None = 16
-    logprobs: int | None = None
-    echo: bool = False
-    suffix: str | None = None
-    best_of: int | None = None
+    prompt: _Text | _TokenIds | _doc(list[_Text], minItems=1) | _doc(list[_TokenIds], minItems=1)
+    max_tokens: _doc(int, minimum=1) | None = 16
+    logprobs: _doc(int, minimum=0, maximum=MAX_LOGPROBS) | None = None
+    # Known, refused unless off (sampling.check_supported); best_of only as n.
+    echo: bool = Field(False, json_schema_extra={"enum": [False]})
+    suffix: _doc(str, maxLength=0) | None = None
+    best_of: _doc(int, minimum=1, maximum=MAX_N, description="n or absent") | None = None
 
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens
@@ -140,8 +168,10 @@ class ContentPart(_Strict):
     """One part of a message's content. Only text is implemented; the other OpenAI part types are
     declared so that they are refused by name (chat.render_chat), not as unknown fields."""
 
-    type: str
-    text: str | None = None
+    model_config = ConfigDict(json_schema_extra={"required": ["type", "text"]})
+
+    type: str = Field(json_schema_extra={"enum": ["text"]})
+    text: str | None = Field(None, json_schema_extra={"type": "string"})
     refusal: str | None = None
     image_url: Any = None
     input_audio: Any = None
@@ -160,6 +190,13 @@ class ToolCall(_Strict):
 
 
 class ChatMessage(_Strict):
+    # tools.template_inputs: a tool result names the call it answers; only assistant turns carry calls.
+    model_config = ConfigDict(json_schema_extra={"allOf": [
+        {"if": {"properties": {"role": {"const": "tool"}}},
+         "then": {"required": ["tool_call_id"], "properties": {"tool_call_id": {"type": "string", "minLength": 1}}}},
+        {"if": {"properties": {"role": {"not": {"const": "assistant"}}}},
+         "then": {"properties": {"tool_calls": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}}}]})
+
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
@@ -201,23 +238,23 @@ class NamedToolChoice(_Strict):
 
 
 class ChatCompletionRequest(SamplingRequest):
-    messages: list[ChatMessage]
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    messages: _doc(list[ChatMessage], minItems=1)
+    max_tokens: _doc(int, minimum=1) | None = None
+    max_completion_tokens: _doc(int, minimum=1) | None = None
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: _doc(int, minimum=0, maximum=MAX_LOGPROBS) | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
-    modalities: list[str] | None = None
+    modalities: list[_doc(str, enum=["text"])] | None = None
     # Known, refused when given (sampling.check_supported).
-    audio: Any = None
-    prediction: Any = None
-    reasoning_effort: Any = None
-    verbosity: Any = None
-    web_search_options: Any = None
-    functions: Any = None
-    function_call: Any = None
+    audio: Any = Field(None, json_schema_extra=_NULL_ONLY)
+    prediction: Any = Field(None, json_schema_extra=_NULL_ONLY)
+    reasoning_effort: Any = Field(None, json_schema_extra=_NULL_ONLY)
+    verbosity: Any = Field(None, json_schema_extra=_NULL_ONLY)
+    web_search_options: Any = Field(None, json_schema_extra=_NULL_ONLY)
+    functions: Any = Field(None, json_schema_extra=_NULL_ONLY)
+    function_call: Any = Field(None, json_schema_extra=_NULL_ONLY)
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -227,15 +264,20 @@ class ChatCompletionRequest(SamplingRequest):
 
 
 class TokenizeRequest(_Strict):
+    # Exactly one of prompt and messages (tokenize.py checks it).
+    model_config = ConfigDict(json_schema_extra={"oneOf": [
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
+        {"required": ["messages"], "properties": {"messages": {"type": "array"}}}]})
+
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: _doc(list[ChatMessage], minItems=1) | None = None
     add_special_tokens: bool = True
 
 
 class DetokenizeRequest(_Strict):
     model: str | None = None
-    tokens: list[int]
+    tokens: list[_TokenId]
 
 
 # --- responses ----------------------------------------------------------------------------------

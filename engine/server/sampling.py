@@ -10,9 +10,7 @@ from __future__ import annotations
 from llmop.engine.grammar.spec import GrammarSpec
 from llmop.engine.sampling_params import INT64_MAX, INT64_MIN, SamplingParams
 from llmop.engine.server.errors import APIError
-from llmop.engine.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingRequest
-
-MAX_N = 16
+from llmop.engine.server.protocol import MAX_LOGPROBS, MAX_N, ChatCompletionRequest, CompletionRequest, SamplingRequest
 
 # OpenAI fields this engine knows but does not implement: refused by name when given.
 _REFUSED_CHAT = {
@@ -52,6 +50,14 @@ def check_supported(req: SamplingRequest) -> None:
                 raise unsupported(name, message)
         if req.modalities is not None and set(req.modalities) - {"text"}:
             raise unsupported("modalities", "only the text modality is supported")
+        # checked even when the other field is the one used: an out-of-range value is a client bug
+        for name in ("max_tokens", "max_completion_tokens"):
+            if getattr(req, name) is not None and getattr(req, name) < 1:
+                raise APIError(400, f"{name} must be at least 1", reason="invalid_request", param=name)
+        # checked even with logprobs off: an out-of-range value is a client bug, not something to ignore
+        if req.top_logprobs is not None and not 0 <= req.top_logprobs <= MAX_LOGPROBS:
+            raise APIError(400, f"top_logprobs must be in [0, {MAX_LOGPROBS}]", reason="invalid_request",
+                           param="top_logprobs")
 
 
 def logit_bias_of(req: SamplingRequest, vocab_size: int) -> tuple[tuple[int, float], ...]:

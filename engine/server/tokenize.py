@@ -6,14 +6,14 @@ from fastapi import APIRouter, Depends
 from starlette.concurrency import run_in_threadpool
 
 from llmop.engine.server.chat import render_chat
-from llmop.engine.server.errors import APIError
+from llmop.engine.server.errors import ERROR_RESPONSES, APIError
 from llmop.engine.server.protocol import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 from llmop.engine.server.state import ServerState, get_state
 
 router = APIRouter()
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", responses=ERROR_RESPONSES)
 async def tokenize(body: TokenizeRequest, state: ServerState = Depends(get_state)) -> TokenizeResponse:
     state.resolve_model(body.model)
     if (body.prompt is None) == (body.messages is None):
@@ -25,7 +25,7 @@ async def tokenize(body: TokenizeRequest, state: ServerState = Depends(get_state
     return TokenizeResponse(tokens=ids, count=len(ids), max_model_len=state.max_model_len)
 
 
-@router.post("/detokenize")
+@router.post("/detokenize", responses=ERROR_RESPONSES)
 async def detokenize(body: DetokenizeRequest, state: ServerState = Depends(get_state)) -> DetokenizeResponse:
     state.resolve_model(body.model)
     vocab = state.tokenizer.vocab_size
