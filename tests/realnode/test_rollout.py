@@ -76,8 +76,10 @@ def test_editing_max_model_len_rolls_the_pod_with_no_failed_request(k8s_cluster,
     finally:
         client.halt.set()
         client.join(timeout=150)
-    assert new["spec"]["nodeName"] == real_node.name
-    config = kubectl_json(k8s_cluster, "configmap", name, "-n", pod_ns)
-    assert "max_model_len: 1024" in next(iter(config["data"].values()))
     assert not client.failures(), client.failures()
     assert len(client.outcomes) >= 6
+    assert new["spec"]["nodeName"] == real_node.name
+    # The new pod runs the edited config.
+    (cm,) = [v["configMap"]["name"] for v in new["spec"]["volumes"] if "configMap" in v]
+    config = kubectl_json(k8s_cluster, "configmap", cm, "-n", pod_ns)
+    assert any("max_model_len: 1024" in text for text in config["data"].values()), config["data"]
