@@ -45,7 +45,8 @@ def _run_schemathesis(url: str, report: Path) -> subprocess.CompletedProcess:
            "--checks", ",".join(CHECKS), "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED),
            "--workers", "2", "--request-timeout", "120", "--continue-on-failure", "--no-color",
            "--generation-database", "none", "--report", "json", "--report-json-path", str(report)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    # cwd: schemathesis keeps a crash cache in ./.schemathesis; keep it out of the checkout.
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=report.parent)
 
 
 def _wait_idle(server, timeout_s=60.0):
