@@ -165,3 +165,7 @@ def test_grammar_and_penalty_requests_are_not_speculated(spec_llm, engine_llm, p
         got = spec_llm.generate([prompt_ids[-1]], p)[0]
         assert got.token_ids == engine_llm.generate([prompt_ids[-1]], p)[0].token_ids
     assert counters.drafts == before, "a grammar or penalty request was speculated"
+    # The positive control: the same prompt, plain greedy, is speculated (so "no draft" above means
+    # the requests were excluded, not that the prompt gives n-gram lookup nothing to propose).
+    spec_llm.generate([prompt_ids[-1]], SamplingParams(max_tokens=24, temperature=0.0))
+    assert counters.drafts > before
