@@ -5,6 +5,7 @@ from llmop.operator.autoscaling.spec import AutoscalingSpec
 from llmop.operator.autoscaling.timer import FIELD_MANAGER, Autoscaler, TimerState, sync_hpa, tick
 from llmop.operator.kube.client import Kube
 from llmop.operator.kube.identity import ObjectKey
+from kopf_fakes import OneTick
 
 SELECTOR = "app.kubernetes.io/instance=chat,app.kubernetes.io/name=llmop-engine"
 BODY = {"metadata": {"name": "chat", "namespace": "ml", "uid": "u"}}
@@ -82,19 +83,6 @@ def test_autoscaler_writes_as_its_own_manager_and_posts_events_as_the_operator()
     scaler = Autoscaler.beside(operator_kube)
     assert scaler.kube.field_manager == FIELD_MANAGER and scaler.kube.api is operator_kube.api
     assert scaler.events is operator_kube and scaler.kube.requests is not operator_kube.requests
-
-
-class OneTick:
-    """kopf's `stopped` flag, set after the first wait."""
-
-    def __init__(self):
-        self.waits = 0
-
-    def __bool__(self):
-        return self.waits > 0
-
-    async def wait(self, timeout):
-        self.waits += 1
 
 
 class RecordingEvents:

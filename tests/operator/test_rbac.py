@@ -25,6 +25,7 @@ from llmop.operator.kube.client import PLURALS
 from llmop.operator.rbac import CLUSTER_RULES, RULES
 
 from kube_fakes import RecordingApi  # tests/operator/conftest.py puts it on the path
+from kopf_fakes import OneTick
 
 APPLY = "application/apply-patch+yaml"
 NS, NAME = "ml", "chat"
@@ -89,19 +90,6 @@ class BusyPods:
 
     def collect(self, targets, window, timeout, now):
         return tuple(PodSample(t.name, True, True, 60.0, 60.0, 60.0, oldest_waiting_age=5.0) for t in targets)
-
-
-class OneTick:
-    """kopf's `stopped` flag for a daemon, set after its first wait."""
-
-    def __init__(self):
-        self.waits = 0
-
-    def __bool__(self):
-        return self.waits > 0
-
-    async def wait(self, timeout):
-        self.waits += 1
 
 
 def start_operator(monkeypatch, api, namespaces):
