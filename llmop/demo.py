@@ -133,14 +133,14 @@ def main() -> int:
         images = real_node_images()
         image = images[0] if images else None
         slot = OperatorSlot(cluster, work)
-        if images:
-            step("install the Helm chart: CRD, ServiceAccount, RBAC, and the operator's pod")
-            operator = slot.in_pod(images[1], image)
-            print(cluster.kubectl("get", "pods", "-n", "llmop-system", "-o", "wide").stdout)
-        else:
-            step("install the Helm chart, and run the operator here as the chart's ServiceAccount")
-            operator = slot.run()
         try:
+            if images:
+                step("install the Helm chart: CRD, ServiceAccount, RBAC, and the operator's pod")
+                slot.in_pod(images[1], image)
+                print(cluster.kubectl("get", "pods", "-n", "llmop-system", "-o", "wide").stdout)
+            else:
+                step("install the Helm chart, and run the operator here as the chart's ServiceAccount")
+                slot.run()
             body = yaml.safe_load(EXAMPLE.read_text())
             if image is None:
                 del body["spec"]["accelerator"]  # a (fake) GPU node instead of the real CPU node
@@ -168,7 +168,7 @@ def main() -> int:
             cm = kubectl_json(cluster, "configmap", f"{name}-engine", "-n", NAMESPACE)
             return chat_with_engine(cm["data"]["engine.yaml"], obj["status"]["model"], work)
         except AssertionError as err:
-            print(f"{err}\noperator log:\n{operator.tail()}")
+            print(f"{err}\noperator log:\n{slot.tail()}")
             return 1
         finally:
             slot.stop()

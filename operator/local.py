@@ -5,7 +5,8 @@ The host process authenticates *as the chart's ServiceAccount*, so what reconcil
 the chart grants; it is what most cluster tests use, because it starts in seconds from the working
 tree (the pod needs its image built) and runs on planes without a real node. Either way the chart
 is installed for real (CRD, ServiceAccount, RBAC, Deployment), and `OperatorSlot` keeps at most one
-operator per plane.
+operator per plane for its process (the chart's pod is scaled to zero before a host operator starts;
+two sessions on one plane each run their own, so they use separate namespaces).
 """
 
 from __future__ import annotations
@@ -193,9 +194,12 @@ class OperatorSlot:
                 self.current.start()
             return self.current
         self.stop()
-        if (account, namespace) == (SERVICE_ACCOUNT, OPERATOR_NS) and not self._chart:
-            install_chart(self.cluster, "replicas=0")  # this process is the release's operator
-            self._chart = True
+        if (account, namespace) == (SERVICE_ACCOUNT, OPERATOR_NS):
+            if not self._chart:
+                install_chart(self.cluster, "replicas=0")  # this process is the release's operator
+                self._chart = True
+        else:  # an operator pod another session (or the demo) left on a reused plane must not run beside it
+            self.cluster.kubectl("scale", "deployment", RELEASE, "-n", OPERATOR_NS, "--replicas=0", check=False)
         self._started += 1
         work = self.workdir / f"operator-{self._started}"
         work.mkdir(parents=True, exist_ok=True)
@@ -211,7 +215,9 @@ class OperatorSlot:
         return self.current.tail(n) if self.current is not None else ""
 
     def stop(self) -> None:
-        if self.current is not None:
-            self.current.stop()
-        self.current, self._key = None, None
+        try:
+            if self.current is not None:
+                self.current.stop()
+        finally:
+            self.current, self._key = None, None
 

@@ -14,16 +14,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import socket
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy one direction; at its end pass the half-close on (the other direction may go on)."""
-    with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, on_error) -> None:
+    """Copy one direction; at its end pass the half-close on (the other direction may go on).
+    On an error, `on_error` tears down both sides so neither peer waits on a dead connection."""
+    try:
         while data := await reader.read(65536):
             writer.write(data)
             await writer.drain()
         if writer.can_write_eof():
             writer.write_eof()
+    except (ConnectionError, OSError, RuntimeError):
+        on_error()
 
 
 async def serve(listen: tuple[str, int], to: tuple[str, int]) -> None:
@@ -35,8 +39,17 @@ async def serve(listen: tuple[str, int], to: tuple[str, int]) -> None:
         except OSError:
             client_w.close()
             return
+        writers = (client_w, upstream_w)
+        for w in writers:  # a peer that vanishes without a word (a deleted pod) is noticed
+            if (sock := w.get_extra_info("socket")) is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+
+        def abort() -> None:
+            for w in writers:
+                w.transport.abort()
+
         try:
-            await asyncio.gather(_pipe(client_r, upstream_w), _pipe(upstream_r, client_w))
+            await asyncio.gather(_pipe(client_r, upstream_w, abort), _pipe(upstream_r, client_w, abort))
         finally:
             for w in (upstream_w, client_w):
                 with contextlib.suppress(OSError, RuntimeError):

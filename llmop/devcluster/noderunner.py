@@ -145,6 +145,7 @@ def start(layout: Layout, ports: Ports = Ports(), node_ports: NodePorts = NodePo
     if missing:
         raise NodeUnavailable("the real node needs: " + "; ".join(missing))
     if running(layout) and _node_ready(layout, ports):
+        _put_apiserver_endpoint(layout, ports)  # idempotent: restores a deleted slice
         return 0.0
     t0 = time.monotonic()
     stop(layout)

@@ -1,5 +1,5 @@
-"""The API server forwarder relays bytes both ways, connection by connection, and a connection
-whose upstream is down is closed rather than left hanging."""
+"""The API server forwarder relays bytes both ways, connection by connection; a connection whose
+upstream is down, or dies mid-stream, is closed rather than left hanging (a watch would wait forever)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,35 @@ def test_relays_each_connection_to_the_upstream_and_back():
         upstream.close()
         await upstream.wait_closed()
         assert await _exchange(listen[1], b"anyone?") == b""  # upstream gone: closed, not hung
+        relay.cancel()
+
+    asyncio.run(main())
+
+
+def test_an_upstream_that_dies_mid_stream_ends_the_client_connection():
+    async def main() -> None:
+        async def dies(reader, writer):
+            await reader.read(5)
+            writer.write(b"partial")
+            await writer.drain()
+            writer.transport.abort()  # a reset, as when the API server restarts
+
+        upstream = await asyncio.start_server(dies, "127.0.0.1", 0)
+        listen = ("127.0.0.1", _free_port())
+        relay = asyncio.create_task(serve(listen, upstream.sockets[0].getsockname()[:2]))
+        await asyncio.sleep(0.2)
+        reader, writer = await asyncio.open_connection(*listen)
+        writer.write(b"hello")  # no EOF from the client: it keeps the connection open, like a watch
+        await writer.drain()
+        got = b""
+        try:
+            while chunk := await asyncio.wait_for(reader.read(1024), 10):
+                got += chunk
+        except ConnectionResetError:
+            pass
+        assert got in (b"", b"partial")  # then EOF or a reset, not a hang (wait_for would time out)
+        writer.close()
+        upstream.close()
         relay.cancel()
 
     asyncio.run(main())

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 
 from llmop.operator.api.conditions import is_true
-from llmop.operator.local import kubectl_json
+from llmop.operator.local import condition, eventually, kubectl_json
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "smollm2.yaml"
 START_S = 900  # a cold page cache: torch and the model load from the image's layers
@@ -30,3 +30,17 @@ def chat(url: str, model: str) -> str:
     })  # fmt: skip
     assert reply.status_code == 200, reply.text
     return reply.json()["choices"][0]["message"]["content"]
+
+
+def wait_ready(cluster, ns: str, name: str) -> dict:
+    """The LLMDeployment once its Ready condition is True (its engine pods passed /ready)."""
+    return eventually(lambda: (d := kubectl_json(cluster, "llmd", name, "-n", ns))
+                      and (condition(d, "Ready") or {}).get("status") == "True" and d,
+                      timeout=START_S, interval=2, what=f"{name} Ready")  # fmt: skip
+
+
+def service_url(cluster, ns: str, name: str) -> str:
+    """http://<ClusterIP>:<port> of the LLMDeployment's Service (kube-proxy routes it from the host)."""
+    svc = kubectl_json(cluster, "service", name, "-n", ns)
+    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "http")
+    return f"http://{svc['spec']['clusterIP']}:{port}"

@@ -8,9 +8,9 @@ import httpx
 import pytest
 import yaml
 
-from llmop.operator.local import condition, eventually, kubectl_json
+from llmop.operator.local import eventually
 
-from pods import EXAMPLE, START_S, chat, ready_pod
+from pods import EXAMPLE, START_S, chat, ready_pod, service_url, wait_ready
 
 pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
 
@@ -20,9 +20,7 @@ def test_smollm2_runs_in_a_real_pod_and_answers_through_its_service(k8s_cluster,
     name = body["metadata"]["name"]
     k8s_cluster.kubectl("apply", "-n", pod_ns, "-f", "-", input=yaml.safe_dump(body))
 
-    llmd = eventually(lambda: (d := kubectl_json(k8s_cluster, "llmd", name, "-n", pod_ns))
-                      and (condition(d, "Ready") or {}).get("status") == "True" and d,
-                      timeout=START_S, interval=2, what=f"{name} Ready")  # fmt: skip
+    llmd = wait_ready(k8s_cluster, pod_ns, name)
     pod = ready_pod(k8s_cluster, pod_ns, name)
     assert pod is not None
     assert pod["spec"]["nodeName"] == real_node.name
@@ -31,14 +29,12 @@ def test_smollm2_runs_in_a_real_pod_and_answers_through_its_service(k8s_cluster,
     assert engine["containerID"].startswith("containerd://") and "running" in engine["state"]
     assert pod["status"]["podIP"].startswith("10.89.")
 
-    svc = kubectl_json(k8s_cluster, "service", name, "-n", pod_ns)
-    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "http")
-    url = f"http://{svc['spec']['clusterIP']}:{port}"
+    url = service_url(k8s_cluster, pod_ns, name)
     model = llmd["status"]["model"]
     assert chat(url, model).strip()
 
     # The engine's own metrics count the request: it was this pod that answered.
-    metrics = httpx.get(f"http://{pod['status']['podIP']}:{port}/metrics", timeout=30).text
+    metrics = httpx.get(f"http://{pod['status']['podIP']}:{url.rsplit(':', 1)[1]}/metrics", timeout=30).text
     assert any(line.startswith("llmop_request_success_total") and not line.rstrip().endswith(" 0.0")
                for line in metrics.splitlines()), metrics[:2000]  # fmt: skip
 

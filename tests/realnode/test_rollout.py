@@ -16,9 +16,9 @@ import httpx
 import pytest
 import yaml
 
-from llmop.operator.local import condition, eventually, kubectl_json
+from llmop.operator.local import eventually, kubectl_json
 
-from pods import EXAMPLE, START_S, engine_pods, ready_pod
+from pods import EXAMPLE, START_S, engine_pods, ready_pod, service_url, wait_ready
 
 pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
 
@@ -53,14 +53,10 @@ def test_editing_max_model_len_rolls_the_pod_with_no_failed_request(k8s_cluster,
     body["spec"]["rollout"] = {"maxSurge": 1, "maxUnavailable": 0}
     name = body["metadata"]["name"]
     k8s_cluster.kubectl("apply", "-n", pod_ns, "-f", "-", input=yaml.safe_dump(body))
-    llmd = eventually(lambda: (d := kubectl_json(k8s_cluster, "llmd", name, "-n", pod_ns))
-                      and (condition(d, "Ready") or {}).get("status") == "True" and d,
-                      timeout=START_S, interval=2, what=f"{name} Ready")  # fmt: skip
+    llmd = wait_ready(k8s_cluster, pod_ns, name)
     old = ready_pod(k8s_cluster, pod_ns, name)
     assert old is not None
-    svc = kubectl_json(k8s_cluster, "service", name, "-n", pod_ns)
-    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "http")
-    client = Client(f"http://{svc['spec']['clusterIP']}:{port}", llmd["status"]["model"])
+    client = Client(service_url(k8s_cluster, pod_ns, name), llmd["status"]["model"])
     client.start()
     try:
         eventually(lambda: len(client.outcomes) >= 3, timeout=120, what="the client's first answers")

@@ -108,17 +108,21 @@ class Prometheus(Process):
         meta = "__meta_kubernetes_pod_annotation_prometheus_io"
         targets = workdir / "pods.json"
         sd = PodFileSD(cluster, namespace, targets)
-        prom = cls(workdir, [{
-            "job_name": "llmop-engine-pods",
-            "file_sd_configs": [{"files": [str(targets)], "refresh_interval": "1s"}],
-            "relabel_configs": [
-                {"source_labels": [f"{meta}_scrape"], "regex": "true", "action": "keep"},
-                {"source_labels": [f"{meta}_path"], "regex": "(.+)", "target_label": "__metrics_path__"},
-                {"source_labels": ["__meta_kubernetes_pod_ip", f"{meta}_port"], "separator": ":",
-                 "target_label": "__address__"},
-                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
-            ],
-        }])  # fmt: skip
+        try:
+            prom = cls(workdir, [{
+                "job_name": "llmop-engine-pods",
+                "file_sd_configs": [{"files": [str(targets)], "refresh_interval": "1s"}],
+                "relabel_configs": [
+                    {"source_labels": [f"{meta}_scrape"], "regex": "true", "action": "keep"},
+                    {"source_labels": [f"{meta}_path"], "regex": "(.+)", "target_label": "__metrics_path__"},
+                    {"source_labels": ["__meta_kubernetes_pod_ip", f"{meta}_port"], "separator": ":",
+                     "target_label": "__address__"},
+                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                ],
+            }])  # fmt: skip
+        except BaseException:
+            sd.stop()
+            raise
         prom.discovery = sd
         return prom
 
@@ -151,9 +155,12 @@ class PodFileSD(threading.Thread):
         self._write()  # Prometheus reads the file at start-up
         self.start()
 
-    def groups(self) -> list[dict]:
+    def groups(self) -> list[dict] | None:
+        """The target groups, or None when the pods could not be listed (keep the last file)."""
         out = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-o", "json", check=False)
-        pods = json.loads(out.stdout).get("items", []) if out.returncode == 0 else []
+        if out.returncode != 0:
+            return None
+        pods = json.loads(out.stdout).get("items", [])
         groups = []
         for pod in pods:
             ip = pod.get("status", {}).get("podIP")
@@ -169,13 +176,19 @@ class PodFileSD(threading.Thread):
         return groups
 
     def _write(self) -> None:
+        groups = self.groups()
+        if groups is None and self.path.exists():
+            return
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.groups()))
-        tmp.replace(self.path)
+        tmp.write_text(json.dumps(groups or []))
+        tmp.replace(self.path)  # atomic: Prometheus never reads half a file
 
     def run(self) -> None:
         while not self.halt.wait(1.0):
-            self._write()
+            try:
+                self._write()
+            except (OSError, ValueError, subprocess.SubprocessError):
+                continue  # one failed listing must not end discovery; the next second retries
 
     def stop(self) -> None:
         self.halt.set()
