@@ -45,7 +45,7 @@ class RankInfo:
     num_blocks: int
     kv_bytes: int
     int8_layers: int
-    weight_bytes: int  # parameters and buffers this rank holds (its slices plus the replicated parts)
+    weight_bytes: int  # the weights this rank holds (its slices plus the replicated parts)
 
 
 def rank_device(device: torch.device, shard: RankShard) -> torch.device:
@@ -158,8 +158,13 @@ class ModelRunner:
 
 
 def _tensor_bytes(model: torch.nn.Module) -> int:
-    seen = {id(t): t.nbytes for t in (*model.parameters(), *model.buffers())}  # a tied head counts once
-    return sum(seen.values())
+    """Bytes of the weights: parameters and persistent buffers (int8 weights and their scales), a
+    tied head once; not the tables derived from the config (RoPE's cos/sin), which are no weights."""
+    tensors = [*model.parameters()]
+    for module in model.modules():
+        skip = module._non_persistent_buffers_set
+        tensors += [b for name, b in module.named_buffers(recurse=False) if name not in skip]
+    return sum({id(t): t.nbytes for t in tensors}.values())
 
 
 def _no_lora(batch: ForwardBatch):

@@ -36,19 +36,33 @@ class Architecture:
 
     def weight_bytes_per_gpu(self, t: int) -> int:
         """What one of t tensor-parallel ranks holds. The engine (engine/tp/shard.py) splits the
-        decoder layers t ways and replicates the embedding (kept in the activations' float dtype
-        even with int8 weights) and the LM head (at the serving dtype; a tied head is the embedding
-        itself, or its int8 copy when the weights are int8). Without the vocabulary and hidden
-        sizes: all weights / t."""
+        decoder layers' linear weights t ways and replicates the norms, the embedding (both kept in
+        the activations' float dtype even with int8 weights) and the LM head (at the serving dtype;
+        a tied head is the embedding itself, or its int8 copy when the weights are int8); int8
+        weights add their scales (`scale_bytes_per_gpu`). Without the vocabulary and hidden sizes:
+        all weights / t."""
         if self.vocab_size is None or self.hidden_size is None:
             return math.ceil(self.weight_bytes / t)
         table = self.vocab_size * self.hidden_size
-        float_dtype = self.kv_dtype("auto")  # the float dtype the model computes in
-        embedding = table * DTYPE_BYTES[float_dtype]
-        tied_float = self.tie_word_embeddings and self.dtype == float_dtype
+        norms = (2 * self.layers + 1) * self.hidden_size  # two per decoder layer and the final one
+        float_bytes = DTYPE_BYTES[self.kv_dtype("auto")]  # the float dtype the model computes in
+        tied_float = self.tie_word_embeddings and DTYPE_BYTES[self.dtype] == float_bytes
         head = 0 if tied_float else table * DTYPE_BYTES[self.dtype]
-        split = (self.parameters - table * (1 if self.tie_word_embeddings else 2)) * DTYPE_BYTES[self.dtype]
-        return int(math.ceil(split / t) + embedding + head)
+        split = (self.parameters - table * (1 if self.tie_word_embeddings else 2) - norms) * DTYPE_BYTES[self.dtype]
+        return int(math.ceil(split / t) + (table + norms) * float_bytes + head + self.scale_bytes_per_gpu(t))
+
+    def scale_bytes_per_gpu(self, t: int) -> int:
+        """Weight-only quantization (engine/quantization.py) keeps one scale per output channel of
+        every linear layer, the LM head's included, in the float dtype. 0 for float weights, or
+        without the sizes needed to count them."""
+        float_dtype = self.kv_dtype("auto")
+        if self.dtype == float_dtype or None in (self.hidden_size, self.intermediate_size, self.vocab_size):
+            return 0
+        kv_ranks = min(t, self.kv_heads)  # past the KV head count each rank keeps whole KV heads
+        column = (self.attention_heads * self.head_dim / t + 2 * self.kv_heads * self.head_dim / kv_ranks
+                  + 2 * self.intermediate_size / t)  # q, k, v, gate, up: split by output channel
+        row = 2 * self.hidden_size  # o and down: split by input channel, so every rank has every output
+        return int(math.ceil((self.layers * (column + row) + self.vocab_size) * DTYPE_BYTES[float_dtype]))
 
     def kv_dtype(self, requested: str = "auto") -> str:
         """The KV cache dtype: as requested, or the weights' dtype when that is a float type."""

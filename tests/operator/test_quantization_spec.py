@@ -19,7 +19,12 @@ def test_int8_weights_are_sized_at_one_byte_and_rendered():
     plain, int8 = plan_for(_spec("none")), plan_for(_spec("int8"))
     params = plain.request.architecture.parameters
     table = 128256 * 4096  # the embedding stays bfloat16 under int8 (the untied head is int8)
-    assert plain.chosen.weights_bytes == 2 * params and int8.chosen.weights_bytes == params + table
+    norms = (2 * 32 + 1) * 4096  # and so do the norms
+    # one bfloat16 scale per output channel: q 4096, k and v 1024 each, gate and up 14336 each, o and
+    # down 4096 each, per layer; the LM head's 128256
+    scales = 32 * (4096 + 2 * 1024 + 2 * 14336 + 2 * 4096) + 128256
+    assert plain.chosen.weights_bytes == 2 * params
+    assert int8.chosen.weights_bytes == params + table + norms + 2 * scales
     assert int8.request.kv_bytes_per_token == plain.request.kv_bytes_per_token, "KV stays bfloat16"
     cfg = engine_config(_spec("int8"), "llama", int8, NO_SOURCES)
     assert cfg.quantization == "int8" and cfg.kv_cache_dtype == "bfloat16"

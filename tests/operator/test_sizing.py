@@ -24,13 +24,14 @@ def test_kv_bytes_per_token_of_llama3():
 def test_70b_for_100_users_of_4k_needs_tp4():
     # weights 141.1 GB; KV 100 × 1.25 GiB = 125 GiB. TP=2: 65.7 + 62.5 + 2 = 130.2 GiB > 72 GiB usable.
     # TP=4: 32.85 + 31.25 + 2 = 66.1 GiB, plus the embedding and LM head every rank holds whole
-    # (2 × 128256 × 8192 × 2 B = 3.9 GiB, of which 1/4 was already counted): 69 GiB <= 72 GiB.
+    # (2 × 128256 × 8192 × 2 B = 3.9 GiB, of which 1/4 was already counted): 69 GiB <= 72 GiB; and
+    # the norms, 2 per layer and a final one of 8192 each, also whole on every rank.
     plan = size(SizingRequest(L70, H100, budget_tokens=100 * 4096, max_model_len=8192))
     assert plan.tensor_parallel_size == 4
     c = plan.chosen
     assert c.kv_budget_bytes == 125 * GiB // 4
-    table = 128256 * 8192
-    assert c.weights_bytes == -(-(L70.parameters - 2 * table) * 2 // 4) + 2 * table * 2
+    table, norms = 128256 * 8192, 161 * 8192
+    assert c.weights_bytes == -(-(L70.parameters - 2 * table - norms) * 2 // 4) + (2 * table + norms) * 2
     assert c.usable_bytes == int(0.9 * 80 * GiB)
     assert [x.t for x in plan.candidates] == [1, 2, 3, 4]
     assert "attention heads" in plan.candidates[2].rejected
