@@ -1,13 +1,19 @@
 """Run the llmop operator: reconcile LLMDeployments into engine ConfigMaps, Deployments, Services, PDBs.
 
 Watches all namespaces by default, or the ones given with --namespace (the chart's namespaced mode).
-Credentials: in-cluster when running in a pod, else --kubeconfig / KUBECONFIG.
+Credentials: in-cluster when running in a pod, else --kubeconfig / KUBECONFIG. With --leader-elect
+several replicas run and one of them, the holder of a Lease, reconciles (`kube.lease`).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+from pathlib import Path
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+log = logging.getLogger("llmop.operator")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -15,6 +21,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--namespace", action="append", default=[], help="watch only this namespace")
     parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint")
     parser.add_argument("--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--leader-elect", action="store_true",
+                        help="reconcile only while holding a Lease, so several replicas can run (one leads)")
+    parser.add_argument("--leader-election-namespace",
+                        help="the Lease's namespace (default: $POD_NAMESPACE, else the pod's own namespace)")
+    parser.add_argument("--leader-election-id", default="llmop-operator", help="the Lease's name")
+    parser.add_argument("--lease-duration", type=float, default=15.0,
+                        help="seconds an unrenewed Lease lasts before a standby takes over")
+
+
+def _lease_namespace(args: argparse.Namespace) -> str:
+    namespace = args.leader_election_namespace or os.environ.get("POD_NAMESPACE")
+    if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():
+        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    if not namespace:
+        raise SystemExit("--leader-elect needs --leader-election-namespace outside a pod")
+    return namespace
+
+
+def _exit_on_lost(reason: str) -> None:
+    # Leading no longer, this process must not write another object: the new leader reconciles.
+    log.critical("leader election lost (%s): exiting", reason)
+    logging.shutdown()
+    os._exit(1)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,16 +54,30 @@ def run(args: argparse.Namespace) -> int:
 
     from llmop.operator import handlers
     from llmop.operator.controllers import Operator
+    from llmop.operator.kube.client import Kube
+    from llmop.operator.kube.lease import LeaderElector, LeaseTiming, default_identity
+    from llmop.operator.standby import StandbyHealth
 
     # kopf's formatter names the object ([namespace/name]) in every per-object line.
     kopf.configure(verbose=args.verbose, log_format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                    log_prefix=True)  # fmt: skip
     operator = Operator.create(args.kubeconfig, namespaced=bool(args.namespace))
-    kopf.run(
-        memo=handlers.kopf_memo(operator),
-        standalone=True,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        liveness_endpoint=args.liveness or None,
-    )
+    elector = None
+    if args.leader_elect:
+        elector = LeaderElector(Kube(operator.kube.api, "llmop-leader-election"), _lease_namespace(args),
+                                args.leader_election_id, default_identity(), LeaseTiming(args.lease_duration))
+        with StandbyHealth(args.liveness):
+            elector.acquire()
+        elector.keep(on_lost=_exit_on_lost)
+    try:
+        kopf.run(
+            memo=handlers.kopf_memo(operator),
+            standalone=True,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            liveness_endpoint=args.liveness or None,
+        )
+    finally:
+        if elector is not None:
+            elector.release()
     return 0

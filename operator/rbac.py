@@ -4,6 +4,8 @@
 in the watched namespace grants them there (`watchNamespace`). `CLUSTER_RULES` are on cluster-scoped
 resources, which no Role can grant: they are only in the cluster-wide ClusterRole, and the
 namespaced mode needs none (kopf's cluster scanning is off there, see `handlers.configure`).
+`LEADER_ELECTION_RULES` are for the operator's Lease (`kube.lease`), granted by a Role in the
+operator's own namespace only.
 `llmop.operator.crdgen` writes both into the Helm chart, so code and chart cannot disagree, and
 tests/operator/test_rbac.py derives what the code uses and fails on any verb missing or to spare.
 """
@@ -41,4 +43,9 @@ RULES: list[dict[str, Any]] = [
 CLUSTER_RULES: list[dict[str, Any]] = [
     # kopf watches the CRDs it serves (to notice them being installed or removed); cluster-wide only.
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": _WATCH},
+]
+
+LEADER_ELECTION_RULES: list[dict[str, Any]] = [
+    # The Lease replicas elect a leader on: read, created once, renewed and taken over by PUT.
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
 ]

@@ -31,6 +31,7 @@ PLURALS = {
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
     "Event": "events",
     "Pod": "pods",
+    "Lease": "leases",
     KIND: PLURAL,
 }
 
@@ -98,6 +99,26 @@ class Kube:
         path = object_path(obj["apiVersion"], obj["kind"], m["namespace"], m["name"])
         query = [("fieldManager", self.field_manager), ("force", "true")]
         return self._call("PATCH", path, obj, query, "application/apply-patch+yaml")
+
+    def get(self, key: ObjectKey) -> dict[str, Any] | None:
+        """The object as stored, None when there is none."""
+        try:
+            return self._call("GET", object_path(key.api_version, key.kind, key.namespace, key.name))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """POST a new object (409 when one of that name exists)."""
+        m = obj["metadata"]
+        return self._call("POST", object_path(obj["apiVersion"], obj["kind"], m["namespace"]), obj)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """PUT the whole object; with metadata.resourceVersion set, a compare-and-swap (409 when
+        the stored object changed since it was read)."""
+        m = obj["metadata"]
+        return self._call("PUT", object_path(obj["apiVersion"], obj["kind"], m["namespace"], m["name"]), obj)
 
     def delete(self, key: ObjectKey) -> bool:
         """Delete the object; False when it was already gone."""

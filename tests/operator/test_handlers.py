@@ -65,8 +65,9 @@ def test_llmop_operator_hands_kopf_one_operator_object(monkeypatch):
     monkeypatch.setattr(kopf, "configure", lambda **_: None)
     runs = []
     monkeypatch.setattr(kopf, "run", lambda **kwargs: runs.append(kwargs))
-    args = argparse.Namespace(kubeconfig=None, namespace=["ml"], liveness="", verbose=False)
-    assert cli.run(args) == 0
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    assert cli.run(parser.parse_args(["--namespace", "ml", "--liveness", ""])) == 0
     op = runs[0]["memo"].operator
     assert op.namespaced and runs[0]["namespaces"] == ["ml"] and not runs[0]["clusterwide"]
     assert op.reconciler.kube is op.kube and op.autoscaler.events is op.kube

@@ -4,8 +4,8 @@ operator uses, derived here from what the code does rather than read off the rul
 What the operator's own code asks for: `llmop operator` is started (`cli.run`) over a recording API
 client (`kube_fakes.RecordingApi`, under the real `Kube`), and its kopf handlers and autoscaler daemon
 are driven through create, spec update, owned-object and pod changes, a spec error, HPA on and off, a
-scale-up, and deletion; every recorded request becomes (apiGroup, resource, verb) the way the API
-server authorizes it. What kopf asks for is read off its registry (the resources handlers.py and
+scale-up, and deletion, with leader election on (its Lease created, then released on shutdown);
+every recorded request becomes (apiGroup, resource, verb) the way the API server authorizes it. What kopf asks for is read off its registry (the resources handlers.py and
 the autoscaler declare) and the settings `handlers.configure` leaves and `cli.run` passes to kopf.
 """
 
@@ -22,7 +22,7 @@ from llmop.operator.api.llmdeployment import GROUP, PLURAL, VERSION
 from llmop.operator.autoscaling import timer
 from llmop.operator.autoscaling.decision import PodSample
 from llmop.operator.kube.client import PLURALS
-from llmop.operator.rbac import CLUSTER_RULES, RULES
+from llmop.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, RULES
 
 from kube_fakes import RecordingApi  # tests/operator/conftest.py puts it on the path
 from kopf_fakes import OneTick
@@ -44,8 +44,11 @@ class ApiServer:
                      "spec": copy.deepcopy(SPEC), "status": {}}  # fmt: skip
         self.ready = False
         self.gone = False
+        self.lease = None
 
     def answer(self, verb, path, query, body):
+        if "/leases" in path:
+            return self._lease(verb, body)
         if path.startswith(CR):
             return self._llmdeployment(verb, path[len(CR):], body)
         if path.endswith("/pods") and verb == "GET":
@@ -76,6 +79,14 @@ class ApiServer:
             self.body["status"] = {**self.body["status"], **body["status"]}
         return 200, copy.deepcopy(self.body)
 
+    def _lease(self, verb, body):
+        if verb in ("POST", "PUT"):
+            self.lease = copy.deepcopy(body)
+            self.lease["metadata"]["resourceVersion"] = str(int(self.lease["metadata"].get("resourceVersion", 0)) + 1)
+        if self.lease is None:
+            return 404, {"reason": "NotFound"}
+        return 200, copy.deepcopy(self.lease)
+
     def _pod(self, i):
         meta = {"name": f"{NAME}-{i}", "namespace": NS, "labels": {"app.kubernetes.io/instance": NAME}}
         if self.ready:
@@ -98,7 +109,11 @@ def start_operator(monkeypatch, api, namespaces):
     monkeypatch.setattr(kopf, "configure", lambda **_: None)
     runs = []
     monkeypatch.setattr(kopf, "run", lambda **kwargs: runs.append(kwargs))
-    assert cli.run(argparse.Namespace(kubeconfig=None, namespace=namespaces, liveness="", verbose=False)) == 0
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    args = [*(f"--namespace={n}" for n in namespaces), "--liveness=", "--leader-elect",
+            "--leader-election-namespace=llmop-system"]  # fmt: skip
+    assert cli.run(parser.parse_args(args)) == 0
     (run,) = runs
     return run["memo"], run
 
@@ -194,6 +209,10 @@ def test_rules_grant_exactly_what_the_operator_uses(monkeypatch, namespaces, rul
     server = ApiServer()
     api = RecordingApi(answer=server.answer)
     memo, run = start_operator(monkeypatch, api, namespaces)
+    lease_calls = [c for c in api.calls if "/leases" in c[1]]
+    assert server.lease and server.lease["spec"]["holderIdentity"] == ""  # led, then released
+    assert granted(LEADER_ELECTION_RULES) == set().union(*map(authorized, lease_calls))
+    del api.calls[:]
     drive(memo, server)
     used = set().union(*map(authorized, api.calls))
     assert ("", "configmaps", "create") in used and ("llmop.dev", "llmdeployments/scale", "patch") in used  # it ran
@@ -208,7 +227,8 @@ def test_rules_grant_exactly_what_the_operator_uses(monkeypatch, namespaces, rul
 
 def test_rules_are_one_per_resource_group():
     """Each (apiGroup, resource) in one rule, so a verb is added or removed in one place."""
-    pairs = [(g, r) for rule in RULES + CLUSTER_RULES for g in rule["apiGroups"] for r in rule["resources"]]
+    pairs = [(g, r) for rule in RULES + CLUSTER_RULES + LEADER_ELECTION_RULES for g in rule["apiGroups"]
+             for r in rule["resources"]]  # fmt: skip
     assert len(pairs) == len(set(pairs))
 
 
@@ -220,5 +240,9 @@ def test_the_chart_renders_these_rules(namespace, kind, rules):
     docs = chart.template(f"watchNamespace={namespace}")
     if docs is None:
         pytest.skip("helm is not built (test_crd.py checks the chart's rule files are not stale)")
-    (role,) = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    election = roles.pop("x-llmop-leader-election")  # release "x" in helm template's namespace
+    assert election["kind"] == "Role" and election["rules"] == LEADER_ELECTION_RULES
+    assert election["metadata"]["namespace"] == "default"  # the Lease's: the operator's own
+    ((_, role),) = roles.items()
     assert role["kind"] == kind and role["rules"] == rules
