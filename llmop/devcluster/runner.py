@@ -212,6 +212,22 @@ def running(layout: Layout, ports: Ports = Ports()) -> dict[str, int | None]:
     return {p.name: _alive(layout.pids / p.name) for p in plane.processes(layout, ports)}
 
 
+def pid_of(layout: Layout, name: str) -> int | None:
+    """The pid (and process group) of the plane's process `name`, None if it is not running."""
+    return _alive(layout.pids / name)
+
+
+def restart_process(layout: Layout, name: str, ports: Ports = Ports(), timeout: float = START_TIMEOUT_S) -> None:
+    """Stop the plane's process `name` (SIGTERM, SIGKILL if it lingers), start it again with the
+    same arguments and wait until the API server is ready again."""
+    proc = next(p for p in plane.processes(layout, ports) if p.name == name)
+    with locked(layout):
+        _stop_one(layout.pids / name)
+        _spawn(layout, proc)
+        _wait("kube-apiserver /readyz", lambda: api(layout, ports, "/readyz")[0] == 200, layout, [name],
+              time.monotonic() + timeout)  # fmt: skip
+
+
 def healthy(layout: Layout, ports: Ports = Ports()) -> bool:
     """All processes alive and the API server ready."""
     if not all(running(layout, ports).values()):

@@ -3,7 +3,9 @@ one pod, the operator finds that pod by the Deployment's selector (no static tar
 queue wait, and moves /scale up; the Deployment starts a second pod; when the load stops, /scale
 comes back down. Once with the `pods` source (the operator scrapes pod IPs) and once with a real
 Prometheus that discovers the pods through the API server by their `prometheus.io` annotations.
-Waits are bounded by `eventually`, never timed assertions."""
+With the `pods` source a GitOps tool owns the manifest (server-side apply, its own field manager,
+no `replicas:`) and re-applies it while the autoscaler holds two replicas: no conflict, and the
+replica count stays the autoscaler's. Waits are bounded by `eventually`, never timed assertions."""
 
 from __future__ import annotations
 
@@ -11,10 +13,10 @@ import json
 
 import pytest
 import yaml
-from pods import EXAMPLE, START_S, engine_pods, ready_pod
+from pods import EXAMPLE, engine_pods, ready_pod, service_url, wait_ready
 from processes import Load, Prometheus, prometheus_binary
 
-from llmop.operator.local import condition, eventually, kubectl_json
+from llmop.operator.local import eventually, kubectl_json
 
 pytestmark = [pytest.mark.k8s, pytest.mark.realnode]
 
@@ -23,6 +25,7 @@ def autoscaled(name: str, metrics: dict) -> dict:
     body = yaml.safe_load(EXAMPLE.read_text())
     body["metadata"] = {"name": name}
     body["spec"]["engine"]["maxNumSeqs"] = 1  # one sequence at a time, so a few clients queue
+    body["spec"]["engine"]["port"] = 8080  # not the scrape port's old default: discovery must use the pod's port
     body["spec"]["autoscaling"] = {
         "enabled": True, "minReplicas": 1, "maxReplicas": 2,
         "targetQueueWaitSeconds": 0.2, "intervalSeconds": 2, "metricWindowSeconds": 10,
@@ -44,24 +47,36 @@ def scraped(cluster, ns: str, name: str, pod: str) -> bool:
     return any(p["name"] == pod and p["scraped"] for p in status.get("pods", []))
 
 
-def surge(cluster, ns: str, name: str, metrics: dict) -> tuple[dict, dict]:
+def gitops_apply(cluster, ns: str, name: str, metrics: dict):
+    """What Argo CD (ServerSideApply=true) or Flux does: server-side apply as its own field
+    manager, without --force-conflicts, the manifest leaving replicas to the autoscaler."""
+    return cluster.kubectl("apply", "-n", ns, "-f", "-", "--server-side", "--field-manager=gitops",
+                           input=yaml.safe_dump(autoscaled(name, metrics)), check=False)  # fmt: skip
+
+
+def surge(cluster, ns: str, name: str, metrics: dict, gitops: bool = False) -> tuple[dict, dict]:
     """Deploy, load through the Service until /scale goes up, stop, wait for it to come down:
-    (the LLMDeployment with its managed fields, the first pod)."""
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(autoscaled(name, metrics)))
-    llmd = eventually(lambda: (d := kubectl_json(cluster, "llmd", name, "-n", ns))
-                      and (condition(d, "Ready") or {}).get("status") == "True" and d,
-                      timeout=START_S, interval=2, what=f"{name} Ready")  # fmt: skip
+    (the LLMDeployment with its managed fields, the first pod). `gitops`: the manifest is
+    server-side applied, and applied again at two replicas, under the autoscaler's ticks."""
+    if gitops:
+        assert gitops_apply(cluster, ns, name, metrics).returncode == 0
+    else:
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(autoscaled(name, metrics)))
+    llmd = wait_ready(cluster, ns, name)
     pod = ready_pod(cluster, ns, name)
     assert pod is not None
     eventually(lambda: scraped(cluster, ns, name, pod["metadata"]["name"]), timeout=120,
                what="the autoscaler reading the pod it discovered")  # fmt: skip
     assert scale(cluster, ns, name) == 1
-    svc = kubectl_json(cluster, "service", name, "-n", ns)
-    port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "http")
-    with Load(f"http://{svc['spec']['clusterIP']}:{port}", clients=6) as load:
+    with Load(service_url(cluster, ns, name), clients=6) as load:
         eventually(lambda: scale(cluster, ns, name) >= 2, timeout=300, what="scale-up under load")
         eventually(lambda: len(engine_pods(cluster, ns, name)) == 2, timeout=120,
                    what="the Deployment's second pod")  # fmt: skip
+        if gitops:
+            for _ in range(3):  # a sync loop re-applying Git while the autoscaler ticks every 2 s
+                out = gitops_apply(cluster, ns, name, metrics)
+                assert out.returncode == 0, out.stderr  # a conflict would fail here
+                assert scale(cluster, ns, name) == 2
     assert load.done > 0
     eventually(lambda: scale(cluster, ns, name) == 1, timeout=300, what="scale-down after load")
     eventually(lambda: len(engine_pods(cluster, ns, name)) == 1, timeout=120, what="back to one pod")
@@ -85,8 +100,10 @@ def assert_recorded(cluster, ns: str, name: str, body: dict) -> None:
 
 
 def test_pods_source_discovers_the_pods_and_scales_them_up_and_down(k8s_cluster, pod_ns):
-    body, _ = surge(k8s_cluster, pod_ns, "chat", {"source": "pods"})
+    body, _ = surge(k8s_cluster, pod_ns, "chat", {"source": "pods"}, gitops=True)
     assert_recorded(k8s_cluster, pod_ns, "chat", body)
+    managers = {m["manager"] for m in body["metadata"]["managedFields"]}
+    assert "gitops" in managers, managers
 
 
 @pytest.mark.skipif(prometheus_binary() is None, reason="needs Debian's prometheus package")
