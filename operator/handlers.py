@@ -27,7 +27,7 @@ from llmop.operator.reconcile.reconciler import Reconciler
 
 RESYNC_SECONDS = 300.0
 OWNED = [("", "v1", "configmaps"), ("", "v1", "services"), ("apps", "v1", "deployments"),
-         ("policy", "v1", "poddisruptionbudgets")]  # fmt: skip
+         ("policy", "v1", "poddisruptionbudgets"), ("networking.k8s.io", "v1", "networkpolicies")]  # fmt: skip
 
 
 def kopf_memo(operator: Operator) -> kopf.Memo:

@@ -32,6 +32,8 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": [*_APPLY, *_WATCH]},
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": [*_APPLY, *_WATCH]},
     {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": [*_APPLY, *_WATCH]},
+    # The engine pods' NetworkPolicy: applied, watched for drift, deleted when spec.networkPolicy turns it off.
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": [*_APPLY, *_WATCH, "delete"]},
     # The autoscaler's HPA (mode: hpa): applied, deleted when the mode goes back to builtin.
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": [*_APPLY, "delete"]},
     # Engine pods: listed for the autoscaler's targets and a reconcile's diagnosis, watched while not ready.

@@ -1,7 +1,8 @@
 """The LLMDeployment custom resource (`llmdeployments.llmop.dev/v1alpha1`): spec, status, names.
 
 One object describes one served model: what to serve, on which GPUs, with how much KV cache; the
-operator sizes tensor parallelism and reconciles it into a ConfigMap, Deployment, Service and PDB.
+operator sizes tensor parallelism and reconciles it into a ConfigMap, Deployment, Service, PDB and
+NetworkPolicy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from llmop.operator.api.base import CRDModel, cel
 from llmop.operator.api.engine import EngineSpec, RolloutSpec
 from llmop.operator.api.kvcache import KVCacheSpec
 from llmop.operator.api.model import AdapterSpec, ModelSpec
+from llmop.operator.api.network import NetworkPolicySpec
 from llmop.operator.api.parallelism import ParallelismSpec
 from llmop.operator.api.pod import PodTemplateOverrides
 from llmop.operator.api.status import LLMDeploymentStatusBase
@@ -72,6 +74,15 @@ class LLMDeploymentSpec(CRDModel):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rolling update of engine pods.")
     pod_template: PodTemplateOverrides = Field(
         default_factory=PodTemplateOverrides, description="Labels, annotations and scheduling of engine pods."
+    )
+    network_policy: NetworkPolicySpec = Field(
+        default_factory=NetworkPolicySpec,
+        description=(
+            "The NetworkPolicy of the engine pods: ingress on engine.port from anywhere (clients, the "
+            "router, Prometheus scraping /metrics), on engine.adminPort only from the operator's pods, "
+            "nothing else. Enforced only where the cluster's network plugin implements NetworkPolicy "
+            "(Calico, Cilium, ...); policies add up, so another NetworkPolicy may admit more."
+        ),
     )
 
 

@@ -1,8 +1,8 @@
 """desired_state: an LLMDeployment as stored in, everything the operator wants to exist out.
 
 A pure function of (object, settings): parse the spec, size it, resolve the sources, render the
-engine config and build the objects. Any reason the spec cannot work raises SpecError before a
-single object exists, so a bad spec never half-creates anything.
+engine config, build the objects and name those the spec turned off. Any reason the spec cannot
+work raises SpecError before a single object exists, so a bad spec never half-creates anything.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from llmop.operator.build import objects
 from llmop.operator.build.engine_config import engine_config
 from llmop.operator.build.errors import SpecCondition, SpecError, SpecReason
 from llmop.operator.build.meta import Owner
+from llmop.operator.build.network_policy import network_policy, network_policy_key
 from llmop.operator.build.pod import engine_pod_template
 from llmop.operator.build.settings import Settings
 from llmop.operator.build.sources import sources_for
@@ -31,7 +32,8 @@ __all__ = ["DesiredState", "SpecError", "desired_state"]
 @dataclass(frozen=True)
 class DesiredState:
     """The parsed spec, its sizing plan, and the objects to apply (ConfigMap first); `engine` is
-    which of them is the engine Deployment (its status is the LLMDeployment's readiness)."""
+    which of them is the engine Deployment (its status is the LLMDeployment's readiness); `absent`
+    the objects the spec turned off, which must not exist (the NetworkPolicy when disabled)."""
 
     owner: Owner
     spec: LLMDeploymentSpec
@@ -39,6 +41,7 @@ class DesiredState:
     endpoint: str
     objects: tuple[dict[str, Any], ...]
     engine: ObjectKey
+    absent: tuple[ObjectKey, ...] = ()
 
 
 def parse_spec(body: dict[str, Any]) -> LLMDeploymentSpec:
@@ -66,6 +69,10 @@ def desired_state(body: dict[str, Any], settings: Settings) -> DesiredState:
     template = engine_pod_template(owner, spec, settings, sources, plan.tensor_parallel_size,
                                    cm["metadata"]["name"], config_hash)  # fmt: skip
     engine = objects.deployment(owner, spec, template)
+    if spec.network_policy.enabled:
+        optional, absent = (network_policy(owner, spec, settings.operator_namespace),), ()
+    else:
+        optional, absent = (), (network_policy_key(owner),)
     return DesiredState(
         owner=owner,
         spec=spec,
@@ -76,6 +83,8 @@ def desired_state(body: dict[str, Any], settings: Settings) -> DesiredState:
             engine,
             objects.service(owner, spec.engine.port),
             objects.pod_disruption_budget(owner, spec),
+            *optional,
         ),
         engine=ObjectKey.of(engine),
+        absent=absent,
     )

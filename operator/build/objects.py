@@ -1,4 +1,5 @@
-"""The four objects one LLMDeployment becomes: engine ConfigMap, Deployment, Service, PDB.
+"""The four objects one LLMDeployment always becomes: engine ConfigMap, Deployment, Service, PDB
+(and, unless turned off, its NetworkPolicy: network_policy.py).
 
 Each is a complete server-side-apply body: everything the operator owns is stated, so an apply
 reverts drift in those fields and an unchanged apply is a no-op.

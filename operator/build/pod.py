@@ -1,6 +1,7 @@
 """The engine pod template: GPUs from sizing, probes on the engine's health endpoints, a drain that
 finishes in-flight requests, the volumes its sources and config need, and the admin listener's
-port and credential Secret when the spec names one (docs/security.md).
+port and credential Secret when the spec names one (docs/security.md), and a read-only root
+filesystem with emptyDirs where the engine writes (writable.py).
 
 Shutdown: the preStop sleep lets the Service drop the pod first, then SIGTERM makes the engine stop
 admitting and finish what it has for up to drainTimeoutSeconds; the grace period covers both.
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
+from llmop.operator.build import writable
 from llmop.operator.build.engine_config import ADMIN_DIR, ADMIN_TOKEN_KEY, CONFIG_DIR, CONFIG_FILE
 from llmop.operator.build.meta import Owner
 from llmop.operator.build.settings import Settings
@@ -65,6 +67,7 @@ def _engine_container(spec: LLMDeploymentSpec, settings: Settings, sources: Sour
         "image": engine.image or settings.engine_image,
         "command": ["llmop", "serve", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}", *engine.extra_args],
         "ports": [{"name": "http", "containerPort": engine.port, "protocol": "TCP"}, *admin.ports],
+        "env": writable.env(writable.ENGINE_HOME),
         "resources": _resources(spec, gpus),
         # Loading weights can take many minutes: the startup probe holds liveness off for 30.
         "startupProbe": http("/health", 10, 180),
@@ -74,10 +77,11 @@ def _engine_container(spec: LLMDeploymentSpec, settings: Settings, sources: Sour
         "volumeMounts": [
             {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},  # NCCL between tensor-parallel ranks
+            *writable.engine_mounts(),
             *sources.mounts(),
             *admin.mounts,
         ],
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": writable.security_context(),
     }
 
 
@@ -100,6 +104,7 @@ def engine_pod_template(
         "volumes": [
             {"name": CONFIG_VOLUME, "configMap": {"name": config_map}},
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            *writable.volumes(),
             *sources.volumes(),
             *admin.volumes,
         ],

@@ -7,7 +7,8 @@ init container that downloads it or the PVC that is mounted for it.
   hf://org/repo[@rev]     /models/hf/org/repo, `hf download` in an init container
   s3://bucket/prefix      /models/s3/bucket/prefix, `aws s3 sync` in an init container
 
-Downloads go into one emptyDir at /models shared by the init containers and the engine.
+Downloads go into one emptyDir at /models shared by the init containers and the engine; the
+downloaders run with a read-only root like the engine, their caches under /models/.home (writable.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
+from llmop.operator.build import writable
 from llmop.operator.build.settings import Settings
 
 MODELS_DIR = "/models"
@@ -87,9 +89,9 @@ def _init_container(name: str, loc: Location, secret: str | None) -> dict[str, A
         "name": name,
         "image": loc.fetch_image,
         "command": list(loc.fetch_command),
-        "env": [{"name": "HOME", "value": f"{MODELS_DIR}/.home"}],  # the downloaders' caches
-        "volumeMounts": [{"name": MODELS_VOLUME, "mountPath": MODELS_DIR}],
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "env": writable.env(f"{MODELS_DIR}/.home"),  # the downloaders' caches
+        "volumeMounts": [{"name": MODELS_VOLUME, "mountPath": MODELS_DIR}, writable.tmp_mount()],
+        "securityContext": writable.security_context(),
     }
     if secret:
         container["envFrom"] = [{"secretRef": {"name": secret}}]

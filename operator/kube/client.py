@@ -29,6 +29,7 @@ PLURALS = {
     "Deployment": "deployments",
     "PodDisruptionBudget": "poddisruptionbudgets",
     "HorizontalPodAutoscaler": "horizontalpodautoscalers",
+    "NetworkPolicy": "networkpolicies",
     "Event": "events",
     "Pod": "pods",
     "Lease": "leases",

@@ -1,4 +1,5 @@
-"""One reconcile of one LLMDeployment: desired state → server-side apply → status → Events.
+"""One reconcile of one LLMDeployment: desired state → server-side apply (and delete what the spec
+turned off) → status → Events.
 
 Level-based and idempotent: every trigger (create, spec change, a change to an owned object, the
 resync timer, operator restart) runs the same function on the object as stored, so it converges to
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +49,7 @@ class Reconciler:
         self._guard = threading.Lock()
         self._running: set[tuple[str, str]] = set()
         self._pending: set[tuple[str, str]] = set()
+        self._deleted: set[ObjectKey] = set()  # turned-off objects this process made sure are gone
 
     def reconcile_named(self, namespace: str, name: str) -> Outcome | None:
         """Reconcile by name (triggers from owned objects); None when the LLMDeployment is gone or a
@@ -107,10 +110,23 @@ class Reconciler:
             self._write_status(body, old, new)
             raise
         stored = {ObjectKey.of(o): self.kube.apply(o) for o in desired.objects}
+        self._delete(desired.absent, applied=stored.keys())
         engine = stored[desired.engine]
         new = healthy_status(old, desired, engine, rfc3339(), self._trouble(desired, engine))
         written = self._write_status(body, old, new)
         return Outcome(len(stored), written)
+
+    def _delete(self, absent: tuple[ObjectKey, ...], applied: Iterable[ObjectKey]) -> None:
+        """Delete the objects the spec turned off, once each per process (the first reconcile after
+        a start cannot know whether an earlier process left one behind), not on every reconcile:
+        afterwards only this process's own apply brings one back, and that clears the mark."""
+        with self._guard:
+            self._deleted.difference_update(applied)
+            todo = [key for key in absent if key not in self._deleted]
+        for key in todo:
+            self.kube.delete(key)  # False when it was not there: gone either way
+        with self._guard:
+            self._deleted.update(todo)
 
     def _trouble(self, desired, deployment: dict[str, Any]) -> PodTrouble | None:
         """Why engine pods are not running; the pods are listed only while some are not ready."""

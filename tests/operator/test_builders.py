@@ -245,12 +245,15 @@ def restricted_violations(pod: dict) -> list[str]:
     return problems
 
 
+# Downloaders in init containers (with a credentials Secret), a PVC, and the admin listener.
+FULL_SPEC = {"model": {"source": "hf://meta-llama/Meta-Llama-3-70B-Instruct", "credentialsSecret": "hf"},
+             "adapters": [{"name": "sql", "source": "s3://bucket/sql"}, {"name": "tone", "source": "pvc://tenants/tone"}],
+             "engine": {"adminCredentialSecret": "chat-admin"}}  # fmt: skip
+
+
 @pytest.mark.parametrize("spec,inits", [
     ({}, []),  # the embedded model: the engine container alone
-    ({"model": {"source": "hf://meta-llama/Meta-Llama-3-70B-Instruct", "credentialsSecret": "hf"},
-      "adapters": [{"name": "sql", "source": "s3://bucket/sql"}, {"name": "tone", "source": "pvc://tenants/tone"}],
-      "engine": {"adminCredentialSecret": "chat-admin"}},
-     ["fetch-model", "fetch-adapter-0"]),  # downloaders in init containers, the admin listener
+    (FULL_SPEC, ["fetch-model", "fetch-adapter-0"]),
 ])  # fmt: skip
 def test_engine_pods_are_restricted(spec, inits):
     pod = objects(spec)["Deployment"]["spec"]["template"]["spec"]
@@ -270,3 +273,60 @@ def test_the_charts_operator_pod_is_restricted():
     assert restricted_violations(pod) == []
     (operator,) = pod["containers"]
     assert operator["securityContext"]["readOnlyRootFilesystem"] is True  # it writes nothing
+
+
+# ---- read-only root filesystem: the flag on every container, and an emptyDir wherever it writes ----
+
+WRITABLE_ENV = ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")  # writable.py
+
+
+def read_only_violations(pod: dict) -> list[str]:
+    """What breaks a read-only root in a pod spec, per container: the flag unset; /tmp, or a path
+    the environment sends writes to (HOME, TMPDIR, the caches), not on a writable emptyDir; bytecode
+    written; and the engine's /dev/shm (NCCL) not an emptyDir."""
+    empty_dirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+    problems = []
+    for c in [*pod.get("initContainers", []), *pod["containers"]]:
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        writable = [m["mountPath"] for m in c.get("volumeMounts", [])
+                    if m["name"] in empty_dirs and not m.get("readOnly")]  # fmt: skip
+
+        def on_writable(path: str | None) -> bool:
+            return bool(path) and any(path == w or path.startswith(w + "/") for w in writable)
+
+        checks = {
+            "readOnlyRootFilesystem": (c.get("securityContext") or {}).get("readOnlyRootFilesystem") is True,
+            "PYTHONDONTWRITEBYTECODE": env.get("PYTHONDONTWRITEBYTECODE") == "1",
+            "/tmp": on_writable("/tmp"),
+            **{k: on_writable(env.get(k)) for k in WRITABLE_ENV},
+            **{k: on_writable(v) for k, v in env.items() if v and v.startswith("/")},
+        }
+        if c["name"] == "engine":
+            checks["/dev/shm"] = on_writable("/dev/shm")
+        problems += [f"{c['name']}: {name}" for name, ok in checks.items() if not ok]
+    return problems
+
+
+@pytest.mark.parametrize("spec", [{}, FULL_SPEC], ids=["embedded", "sources-and-admin"])
+def test_engine_pods_have_a_read_only_root_and_write_only_to_empty_dirs(spec):
+    pod = objects(spec)["Deployment"]["spec"]["template"]["spec"]
+    assert read_only_violations(pod) == []
+    (engine,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in engine["env"]}
+    assert env["HOME"] == "/home/llmop" and env["TMPDIR"] == "/tmp"
+    for c in pod.get("initContainers", []):  # the downloaders' caches on the models volume
+        assert {e["name"]: e["value"] for e in c["env"]}["HOME"].startswith("/models/")
+
+
+@pytest.mark.parametrize("break_it,problem", [
+    (lambda c, pod: c["securityContext"].pop("readOnlyRootFilesystem"), "engine: readOnlyRootFilesystem"),
+    (lambda c, pod: c["volumeMounts"].remove({"name": "tmp", "mountPath": "/tmp"}), "engine: /tmp"),
+    (lambda c, pod: c["volumeMounts"].remove({"name": "home", "mountPath": "/home/llmop"}), "engine: HOME"),
+    (lambda c, pod: pod["volumes"].remove({"name": "dshm", "emptyDir": {"medium": "Memory"}}), "engine: /dev/shm"),
+    (lambda c, pod: c["env"].append({"name": "TRITON_CACHE_DIR", "value": "/opt/triton"}), "engine: TRITON_CACHE_DIR"),
+])  # fmt: skip
+def test_read_only_violations_are_found(break_it, problem):
+    """The check above fails on a pod that lacks the flag or a mount its environment needs."""
+    pod = objects()["Deployment"]["spec"]["template"]["spec"]
+    break_it(pod["containers"][0], pod)
+    assert problem in read_only_violations(pod)

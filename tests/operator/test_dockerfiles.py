@@ -85,6 +85,19 @@ def test_image_runs_as_non_root(dockerfile):
     assert users[-1].split(":")[0] not in {"0", "root"}, f"{dockerfile} ends as root"
 
 
+def test_engine_image_user_is_the_one_engine_pods_run_as():
+    """Engine pods run as Dockerfile.engine's user, with an emptyDir at its home (their root is
+    read-only): both must follow the Dockerfile."""
+    from llmop.operator.build.pod import ENGINE_UID
+    from llmop.operator.build.writable import ENGINE_HOME
+
+    instructions = _instructions("Dockerfile.engine")
+    (useradd,) = [args for word, args in instructions if word == "RUN" and "useradd" in args]
+    uid, user = re.search(r"useradd --uid (\d+) --create-home (\S+)", useradd).groups()
+    assert int(uid) == ENGINE_UID and f"/home/{user}" == ENGINE_HOME
+    assert [args for word, args in instructions if word == "USER"][-1] == f"{ENGINE_UID}:{ENGINE_UID}"
+
+
 def test_operator_image_installs_no_torch():
     runs = " ".join(args for word, args in _instructions("Dockerfile.operator") if word == "RUN")
     assert "[operator]" in runs and "[engine]" not in runs

@@ -3,9 +3,10 @@ operator uses, derived here from what the code does rather than read off the rul
 
 What the operator's own code asks for: `llmop operator` is started (`cli.run`) over a recording API
 client (`kube_fakes.RecordingApi`, under the real `Kube`), and its kopf handlers and autoscaler daemon
-are driven through create, spec update, owned-object and pod changes, a spec error, HPA on and off, a
-scale-up, and deletion, with leader election on (its Lease created, then released on shutdown);
-every recorded request becomes (apiGroup, resource, verb) the way the API server authorizes it. What kopf asks for is read off its registry (the resources handlers.py and
+are driven through create, spec update, owned-object and pod changes, the NetworkPolicy turned off, a
+spec error, HPA on and off, a scale-up, and deletion, with leader election on (its Lease created,
+then released on shutdown); every recorded request becomes (apiGroup, resource, verb) the way the
+API server authorizes it. What kopf asks for is read off its registry (the resources handlers.py and
 the autoscaler declare) and the settings `handlers.configure` leaves and `cli.run` passes to kopf.
 """
 
@@ -56,7 +57,7 @@ class ApiServer:
         if verb == "POST":  # an Event
             return 201, body
         if verb == "DELETE":
-            return 404, {"reason": "NotFound"}  # the HPA was never there
+            return 404, {"reason": "NotFound"}  # the HPA or NetworkPolicy was never there
         if verb == "PATCH" and query and query[0][0] == "fieldManager":  # server-side apply
             stored = copy.deepcopy(body) | {"status": {}}
             stored["metadata"]["generation"] = 1
@@ -131,6 +132,8 @@ def drive(memo, server):
     handlers._owned_changed(body=owned, memo=memo)
     handlers._engine_pod_changed(body=server._pod(0), memo=memo)
     handlers.resync(body=copy.deepcopy(body), memo=memo)
+    body["spec"]["networkPolicy"] = {"enabled": False}  # turned off: the NetworkPolicy deleted
+    handlers.reconcile_llmdeployment(body=copy.deepcopy(body), memo=memo)
     body["spec"]["engine"] = {"overrides": {"no_such_field": 1}}  # can never work: status and an Event
     with pytest.raises(kopf.PermanentError):
         handlers.reconcile_llmdeployment(body=copy.deepcopy(body), memo=memo)

@@ -56,6 +56,7 @@ def test_example_becomes_ready(k8s_cluster, ns, example):
     cm = get(k8s_cluster, "configmap", f"{name}-engine", ns)
     assert yaml.safe_load(cm["data"]["engine.yaml"])["tensor_parallel_size"] == tp
     assert get(k8s_cluster, "service", name, ns) and get(k8s_cluster, "pdb", name, ns)
+    assert get(k8s_cluster, "networkpolicy", name, ns)  # stored by the API server (not enforced on kwok)
 
     out = k8s_cluster.kubectl("get", "pods", "-n", ns, "-l", f"app.kubernetes.io/instance={name}",
                               "-o", "jsonpath={range .items[*]}{.spec.nodeName} {end}").stdout.split()  # fmt: skip

@@ -83,6 +83,6 @@ def test_lifecycle(k8s_cluster, ns, operator):
 
     # Deleting the LLMDeployment removes everything it owned (garbage collector, ownerReferences).
     kc.kubectl("delete", "llmd", "chat", "-n", ns)
-    eventually(lambda: kc.kubectl("get", "deployments,services,configmaps,pdb,pods", "-n", ns,
+    eventually(lambda: kc.kubectl("get", "deployments,services,configmaps,pdb,networkpolicies,pods", "-n", ns,
                                   "-l", "app.kubernetes.io/instance=chat", "-o", "name").stdout.strip() == "",
                what="owned objects deleted")  # fmt: skip

@@ -56,6 +56,6 @@ def test_unsizable_spec_gets_a_condition_and_nothing_else(k8s_cluster, ns):
     events = eventually(lambda: json.loads(k8s_cluster.kubectl(
         "get", "events", "-n", ns, "--field-selector", "involvedObject.name=toobig", "-o", "json").stdout)["items"])
     assert any(e["reason"] == "ExceedsNode" and e["type"] == "Warning" for e in events)
-    owned = k8s_cluster.kubectl("get", "deployments,services,configmaps,pdb", "-n", ns,
+    owned = k8s_cluster.kubectl("get", "deployments,services,configmaps,pdb,networkpolicies", "-n", ns,
                                 "-l", "app.kubernetes.io/instance=toobig", "-o", "name").stdout.strip()  # fmt: skip
     assert owned == ""
