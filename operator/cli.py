@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from pathlib import Path
 
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 log = logging.getLogger("llmop.operator")
 
 
@@ -24,19 +22,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--leader-elect", action="store_true",
                         help="reconcile only while holding a Lease, so several replicas can run (one leads)")
     parser.add_argument("--leader-election-namespace",
-                        help="the Lease's namespace (default: $POD_NAMESPACE, else the pod's own namespace)")
+                        help="the Lease's namespace (default: the operator's, $POD_NAMESPACE or llmop-system)")
     parser.add_argument("--leader-election-id", default="llmop-operator", help="the Lease's name")
     parser.add_argument("--lease-duration", type=float, default=15.0,
                         help="seconds an unrenewed Lease lasts before a standby takes over")
-
-
-def _lease_namespace(args: argparse.Namespace) -> str:
-    namespace = args.leader_election_namespace or os.environ.get("POD_NAMESPACE")
-    if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():
-        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-    if not namespace:
-        raise SystemExit("--leader-elect needs --leader-election-namespace outside a pod")
-    return namespace
 
 
 def _exit_on_lost(reason: str) -> None:
@@ -53,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     import kopf
 
     from llmop.operator import handlers
+    from llmop.operator.build.settings import Settings
     from llmop.operator.controllers import Operator
     from llmop.operator.kube.client import Kube
     from llmop.operator.kube.lease import LeaderElector, LeaseTiming, default_identity
@@ -61,10 +51,12 @@ def run(args: argparse.Namespace) -> int:
     # kopf's formatter names the object ([namespace/name]) in every per-object line.
     kopf.configure(verbose=args.verbose, log_format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                    log_prefix=True)  # fmt: skip
-    operator = Operator.create(args.kubeconfig, namespaced=bool(args.namespace))
+    settings = Settings.from_env()
+    operator = Operator.create(args.kubeconfig, settings, namespaced=bool(args.namespace))
     elector = None
     if args.leader_elect:
-        elector = LeaderElector(Kube(operator.kube.api, "llmop-leader-election"), _lease_namespace(args),
+        namespace = args.leader_election_namespace or settings.operator_namespace
+        elector = LeaderElector(Kube(operator.kube.api, "llmop-leader-election"), namespace,
                                 args.leader_election_id, default_identity(), LeaseTiming(args.lease_duration))
         with StandbyHealth(args.liveness):
             elector.acquire()

@@ -26,11 +26,11 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> "Settings":
-        """LLMOP_ENGINE_IMAGE, LLMOP_S3_IMAGE, LLMOP_FIELD_MANAGER, LLMOP_OPERATOR_NAMESPACE (as the
+        """LLMOP_ENGINE_IMAGE, LLMOP_S3_IMAGE, LLMOP_FIELD_MANAGER, POD_NAMESPACE (as the
         chart sets them)."""
         return cls(
             engine_image=os.environ.get("LLMOP_ENGINE_IMAGE") or DEFAULT_ENGINE_IMAGE,
             s3_image=os.environ.get("LLMOP_S3_IMAGE") or DEFAULT_S3_IMAGE,
             field_manager=os.environ.get("LLMOP_FIELD_MANAGER") or "llmop",
-            operator_namespace=os.environ.get("LLMOP_OPERATOR_NAMESPACE") or DEFAULT_OPERATOR_NAMESPACE,
+            operator_namespace=os.environ.get("POD_NAMESPACE") or DEFAULT_OPERATOR_NAMESPACE,
         )

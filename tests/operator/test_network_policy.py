@@ -62,9 +62,9 @@ def test_turned_off_it_is_not_built_and_is_named_for_deletion():
 
 
 def test_the_operator_namespace_setting_comes_from_the_environment(monkeypatch):
-    monkeypatch.delenv("LLMOP_OPERATOR_NAMESPACE", raising=False)
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
     assert Settings.from_env().operator_namespace == "llmop-system"
-    monkeypatch.setenv("LLMOP_OPERATOR_NAMESPACE", "ops")
+    monkeypatch.setenv("POD_NAMESPACE", "ops")
     assert Settings.from_env().operator_namespace == "ops"
 
 
@@ -81,7 +81,7 @@ def _operator_deployment():
 def test_the_chart_tells_the_operator_its_namespace():
     _, dep = _operator_deployment()
     (operator,) = dep["spec"]["template"]["spec"]["containers"]
-    (var,) = [e for e in operator["env"] if e["name"] == "LLMOP_OPERATOR_NAMESPACE"]
+    (var,) = [e for e in operator["env"] if e["name"] == "POD_NAMESPACE"]
     assert var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 
