@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness import CHART, OPERATOR_NS, RELEASE, get
-from llmop.operator.rbac import CLUSTER_RULES, RULES
+from llmop.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, RULES
 
 pytestmark = pytest.mark.k8s
 
@@ -29,11 +29,14 @@ def test_template_rbac(k8s_cluster, namespace, kind, rules):
     out = helm(k8s_cluster, "template", "x", str(CHART), "--set", f"watchNamespace={namespace}")
     assert out.returncode == 0, out.stderr
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
-    (role,) = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    assert roles.pop("x-llmop-leader-election")["rules"] == LEADER_ELECTION_RULES
+    ((_, role),) = roles.items()
     assert role["kind"] == kind and role["rules"] == rules
     (dep,) = [d for d in docs if d["kind"] == "Deployment"]
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args == (["operator", f"--namespace={namespace}"] if namespace else ["operator"])
+    election = ["--leader-elect", "--lease-duration=15"]
+    assert args == (["operator", f"--namespace={namespace}", *election] if namespace else ["operator", *election])
 
 
 def test_values_schema_rejects_unknown_values(k8s_cluster):

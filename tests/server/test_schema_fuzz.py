@@ -72,6 +72,7 @@ def test_schemathesis_finds_nothing_and_leaves_the_engine_idle(fuzz_server, tmp_
         accepted = sum(p["accepted"] for p in phases.values())
         rejected = sum(p["rejected"] for p in phases.values())
         rates[op] = accepted / max(1, accepted + rejected)
+    print(json.dumps({"test_cases": report["test_cases"], "accepted": {op: round(r, 3) for op, r in rates.items()}}))
     low = {op: round(rates.get(op, 0.0), 2) for op, floor in MIN_ACCEPTED.items() if rates.get(op, 0.0) < floor}
     assert not low, f"positive cases mostly refused (the document does not say what the server accepts): {low}"
 
