@@ -65,9 +65,12 @@ def settle(cluster, ns, max_model_len: int, what: str) -> None:
     """Converged, then a quiet spell. Right after an API server restart the controllers' relists
     rewrite the Deployment's and the PDB's status, and the operator mirrors the Deployment's into
     the LLMDeployment's; a write loop would never fall quiet."""
+    start = time.monotonic()
     eventually(lambda: converged(cluster, ns, max_model_len), timeout=240, what=f"converged after {what}")
+    ready_s = time.monotonic() - start
     eventually(lambda: quiet(cluster, ns), timeout=180, interval=0, what=f"no writes after {what}")
     assert converged(cluster, ns, max_model_len)
+    print(f"{what}: converged in {ready_s:.1f}s, quiet {QUIET_S}s window ended {time.monotonic() - start:.1f}s after")
 
 
 def test_the_operator_converges_through_control_plane_faults(k8s_cluster, ns, operator):
