@@ -25,8 +25,6 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Callable
 
-from kubernetes.client.exceptions import ApiException
-
 from llmop.operator.kube.client import Kube
 from llmop.operator.kube.identity import ObjectKey
 
@@ -125,7 +123,7 @@ class LeaderElector:
         """Read the Lease and create, renew or take it over if `next_step` says so."""
         try:
             lease = self.kube.get(self.key)
-        except (ApiException, OSError) as err:
+        except Exception as err:  # noqa: BLE001 - any failure (API error, urllib3's, a timeout) is a failed round
             log.warning("leader election: reading lease %s failed: %s", self.key, err)
             return Outcome.FAILED
         now = self.clock()
@@ -137,7 +135,7 @@ class LeaderElector:
             return Outcome.FOLLOWING
         try:
             stored = self._write(step, lease, record)
-        except (ApiException, OSError) as err:  # 409: another candidate's write came first
+        except Exception as err:  # noqa: BLE001 - 409: another candidate's write came first; or unreachable
             log.info("leader election: %s of lease %s failed: %s", step.value, self.key, getattr(err, "status", err))
             return Outcome.FAILED
         self._seen = (stored["metadata"]["resourceVersion"], now)
@@ -204,5 +202,5 @@ class LeaderElector:
                     "renewTime": micro_time(self.wall())}  # fmt: skip
             self.kube.replace({**lease, "spec": spec})
             log.info("leader election: %s released lease %s", self.identity, self.key)
-        except (ApiException, OSError) as err:
+        except Exception as err:  # noqa: BLE001 - it expires by itself
             log.warning("leader election: releasing lease %s failed (it expires by itself): %s", self.key, err)

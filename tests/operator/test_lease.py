@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from llmop.operator.kube.client import Kube
@@ -36,12 +37,15 @@ def test_next_step(rec, seen_for, step):
 
 
 class LeaseStore:
-    """One Lease with the API server's optimistic concurrency; `down` makes every call a 503."""
+    """One Lease with the API server's optimistic concurrency; `down`: every call a 503, or with
+    "unreachable" the client's own connection error (urllib3's, not an ApiException)."""
 
     def __init__(self):
         self.lease, self.versions, self.down = None, itertools.count(1), False
 
     def answer(self, verb, path, query, body):
+        if self.down == "unreachable":
+            raise urllib3.exceptions.MaxRetryError(None, path, "connection refused")
         if self.down:
             return 503, {"reason": "ServiceUnavailable"}
         if verb == "GET":
@@ -138,12 +142,13 @@ def test_release_hands_over_at_once():
     assert store.lease["spec"]["holderIdentity"] == "b"
 
 
-def test_an_unreachable_api_server_fails_the_round_and_loses_leadership_after_the_deadline():
+@pytest.mark.parametrize("down", [True, "unreachable"], ids=["503", "connection-refused"])
+def test_an_unreachable_api_server_fails_the_round_and_loses_leadership_after_the_deadline(down):
     store = LeaseStore()
     # Real time, short periods: renewals every 0.04 s, given up after 0.2 s.
     a = candidate(store, "a", time.monotonic, duration=0.3)
     assert a.try_once() is Outcome.LEADING
-    store.down = True
+    store.down = down
     assert a.try_once() is Outcome.FAILED
     lost = []
     a.keep(on_lost=lost.append)
