@@ -181,6 +181,7 @@ class AsyncEngine:
                 # After a step in which every request waited (an adapter loading, all slots pinned),
                 # wait a little for news instead of spinning on the GIL against the HTTP loop.
                 if not eng.has_unfinished():
+                    eng.lora.refresh()  # going idle: the LoRA metrics must not keep the last step's view
                     cmd = self._inbox.get()
                 elif eng.last_step_ran:
                     cmd = self._inbox.get_nowait()

@@ -96,6 +96,8 @@ def pytest_runtest_makereport(item, call):
 # hf_checkpoint_dir: a HF directory (config.json, model.safetensors, tokenizer.json, chat template)
 #   written from the GGUF once and cached under ~/.cache/llmop/test-models (PEFT needs one).
 # engine_llm: one offline LLM on the embedded model (fp32), shared by the engine tests.
+# adapter_dirs: name -> PEFT adapter directory, the four adapters of tests/support/lora_adapters.py
+#   (ranks 4 to 32, all in one directory) made from hf_checkpoint_dir once per session.
 
 import shutil
 
@@ -149,6 +151,13 @@ def hf_checkpoint_dir(request, embedded_gguf):
         (tmp / "chat_template.jinja").write_text(open_checkpoint(str(embedded_gguf)).chat_template)
     tmp.rename(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def adapter_dirs(hf_checkpoint_dir, tmp_path_factory):
+    from lora_adapters import make_adapters
+
+    return make_adapters(hf_checkpoint_dir, tmp_path_factory.mktemp("adapters"))
 
 
 @pytest.fixture(scope="session")

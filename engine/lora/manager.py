@@ -40,13 +40,15 @@ class AdapterCounters:
 @dataclass(frozen=True)
 class LoraStats:
     """A snapshot for other threads (metrics scrapes): the `lora_requests_info` labels (vLLM's
-    names) and, per registered adapter, (requests, prompt tokens, generation tokens)."""
+    names), per registered adapter (requests, prompt tokens, generation tokens), and the registry's
+    moves between tiers since start-up (slot loads, slot evictions, disk loads)."""
 
     max_lora: int
     running_lora_adapters: tuple[str, ...] = ()
     waiting_lora_adapters: tuple[str, ...] = ()
     counters: tuple[tuple[str, int, int, int], ...] = ()
     states: tuple[tuple[str, str], ...] = ()  # (adapter, state)
+    moves: tuple[int, int, int] = (0, 0, 0)  # (slot loads, slot evictions, disk loads)
 
 
 class LoraManager:
@@ -62,7 +64,7 @@ class LoraManager:
         if config.max_loras > 0:
             self.registry = AdapterRegistry(config.max_loras, config.max_cpu_loras, self.read, self._queue_write)
             self.queue = FairAdapterQueue(self.admits)
-        self.snapshot = LoraStats(config.max_loras)  # refreshed on registry changes, and while stepping
+        self.snapshot = LoraStats(config.max_loras)  # see `refresh`
         self._snapshot_time = 0.0
 
     @property
@@ -89,7 +91,7 @@ class LoraManager:
         try:
             info = self.registry.add(name, source, pinned, in_use=self._in_use())
         finally:
-            self._refresh()
+            self.refresh()
         self.counters.setdefault(name, AdapterCounters())
         return info
 
@@ -106,23 +108,23 @@ class LoraManager:
                 self.registry.fail(name, str(err))
                 self.registry.take_failed()
             self.counters.setdefault(name, AdapterCounters())
-            self._refresh()
+            self.refresh()
 
     def begin_load(self, name: str, source: str, pinned: bool = False) -> None:
         """Register in state LOADING; the caller reads (`read`) and then calls finish/fail_load."""
         self._require()
         self.registry.begin(name, source, pinned)
-        self._refresh()
+        self.refresh()
 
     def finish_load(self, name: str, adapter: LoraAdapter) -> AdapterInfo:
         self.registry.finish(name, adapter, in_use=self._in_use())
         self.counters.setdefault(name, AdapterCounters())
-        self._refresh()
+        self.refresh()
         return self.registry.info(name)
 
     def fail_load(self, name: str, error: str) -> AdapterInfo:
         self.registry.fail(name, error)
-        self._refresh()
+        self.refresh()
         return self.registry.info(name)
 
     def remove(self, name: str) -> None:
@@ -131,7 +133,7 @@ class LoraManager:
             raise AdapterNotFound(name)
         self.registry.remove(name, in_use=self._in_use(include_waiting=True))
         self.counters.pop(name, None)
-        self._refresh()
+        self.refresh()
 
     def generation(self, adapter: str | None) -> int | None:
         """Which registration `adapter` names now (None for the base model). The prefix cache keys
@@ -217,7 +219,7 @@ class LoraManager:
             if n is not None:
                 n.prompt_tokens += max(0, min(c.start + c.num_tokens, c.request.num_prompt_tokens) - c.start)
         if time.monotonic() - self._snapshot_time > SNAPSHOT_PERIOD_S:
-            self._refresh()
+            self.refresh()
         if token_slots is None and not loads:
             return chunks, None
         return chunks, LoraMapping(token_slots, loads)
@@ -235,7 +237,10 @@ class LoraManager:
         return LoraStats(
             self.config.max_loras, tuple(sorted(self._in_use())), tuple(sorted(self.queue.waiting_adapters())),
             tuple((n, c.requests, c.prompt_tokens, c.generation_tokens) for n, c in self.counters.items()),
-            tuple((i.name, i.state.value) for i in self.registry.infos()))
+            tuple((i.name, i.state.value) for i in self.registry.infos()),
+            (self.registry.num_slot_loads, self.registry.num_slot_evictions, self.registry.num_disk_loads))
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
+        """Take the snapshot now: on registry changes, every SNAPSHOT_PERIOD_S while stepping, and
+        when the engine goes idle (`AsyncEngine`), so an idle engine's metrics are exact."""
         self.snapshot, self._snapshot_time = self.stats(), time.monotonic()

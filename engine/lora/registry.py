@@ -71,8 +71,9 @@ class AdapterRegistry:
         self._slots: list[str | None] = [None] * max_slots
         self._clock = itertools.count(1)
         self._generations = itertools.count(1)
-        self.num_slot_loads = 0
-        self.num_disk_loads = 0
+        self.num_slot_loads = 0  # adapters written into a slot
+        self.num_slot_evictions = 0  # of those, written over another (LRU) adapter
+        self.num_disk_loads = 0  # adapters read back from disk after leaving host memory
         self._failed_since: set[str] = set()  # failures not yet taken by `take_failed`
 
     # --- registration -----------------------------------------------------------------------------
@@ -170,6 +171,7 @@ class AdapterRegistry:
         victim = min(victims, key=lambda v: v.last_used)
         slot = victim.slot
         self._drop_slot(victim)
+        self.num_slot_evictions += 1
         return slot
 
     def _drop_slot(self, e: _Entry) -> None:

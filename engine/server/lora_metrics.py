@@ -17,6 +17,11 @@ from prometheus_client.registry import Collector
 from llmop.engine.lora.manager import LoraStats
 
 
+MOVES = (("slot_loads", "LoRA adapters written into a device slot"),
+         ("slot_evictions", "LoRA adapters evicted from a device slot (least recently used) for another"),
+         ("disk_loads", "LoRA adapters read back from disk after leaving host memory"))
+
+
 class LoraCollector(Collector):
     def __init__(self, model: str, snapshot: Callable[[], LoraStats]):
         self.model = model
@@ -42,3 +47,7 @@ class LoraCollector(Collector):
         for state in ("loading", "cpu", "resident", "disk", "failed"):
             states.add_metric([self.model, state], sum(1 for _, st in s.states if st == state))
         yield states
+        for (name, doc), value in zip(MOVES, s.moves):
+            fam = CounterMetricFamily(f"llmop_lora_{name}", doc, labels=["model"])
+            fam.add_metric([self.model], value)
+            yield fam

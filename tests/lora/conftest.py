@@ -1,46 +1,8 @@
-"""PEFT adapters made from the HF checkpoint of the embedded model, and PEFT's own model as reference.
-
-Adapters have random non-zero A and B (PEFT would start B at zero, which changes nothing), and
-differ in rank, alpha, rsLoRA and target modules, so a slot mix-up changes tokens.
-"""
+"""PEFT's own model as reference for the adapters of `adapter_dirs` (tests/conftest.py, made by
+tests/support/lora_adapters.py), and the helpers the LoRA tests share (`lora_kit`)."""
 
 import pytest
-
-ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
-MLP = ["gate_proj", "up_proj", "down_proj"]
-# name -> (rank, alpha, target modules, use_rslora, seed)
-ADAPTERS = {
-    "attn-r8": (8, 16, ATTN, False, 1),
-    "mlp-r16": (16, 16, MLP, False, 2),
-    "all-r32": (32, 32, ATTN + MLP, True, 3),
-    "qv-r4": (4, 8, ["q_proj", "v_proj"], False, 4),
-}
-STD = 0.05  # of every A and B entry: enough to change greedy tokens, not enough to make noise
-
-
-def make_adapter(base_dir, out_dir, rank, alpha, targets, rslora, seed, std=STD):
-    """Write a PEFT adapter directory for the model at base_dir; returns out_dir."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    cfg = LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), use_rslora=rslora,
-                     lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
-    peft_model = get_peft_model(model, cfg)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in peft_model.named_parameters():
-            if "lora_" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * std)
-    peft_model.save_pretrained(str(out_dir))
-    return out_dir
-
-
-@pytest.fixture(scope="session")
-def adapter_dirs(hf_checkpoint_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("adapters")
-    return {name: make_adapter(hf_checkpoint_dir, root / name, *spec) for name, spec in ADAPTERS.items()}
+from lora_adapters import ADAPTERS, make_adapter
 
 
 @pytest.fixture(scope="session")

@@ -101,6 +101,26 @@ def test_metrics_per_adapter_and_lora_requests_info(server, lora_kit):
     assert sum(states.values()) == len(lora_kit.ADAPTERS)
 
 
+def test_lora_metrics_are_exact_once_the_engine_is_idle(server):
+    """While stepping, the LoRA snapshot is refreshed at most every 0.25 s; the step in which the
+    last request finished must still reach the metrics once the engine is idle (no adapter left
+    running, every generated token counted)."""
+    import time
+
+    def series():
+        fams = {f.name: f for f in text_string_to_metric_families(httpx.get(server.url + "/metrics").text)}
+        (info,) = fams["llmop_lora_requests_info"].samples
+        gen = {s.labels["adapter"]: s.value for s in fams["llmop_lora_generation_tokens"].samples}
+        return info.labels["running_lora_adapters"], gen["mlp-r16"]
+
+    _, generated = series()
+    assert httpx.post(server.url + "/v1/completions", json=body("mlp-r16", "Hi", 5), timeout=120).status_code == 200
+    deadline = time.monotonic() + 5
+    while (seen := series()) != ("", generated + 5) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert seen == ("", generated + 5)
+
+
 def test_every_documented_lora_metric_is_exposed(server):
     import re
     from pathlib import Path

@@ -41,6 +41,7 @@ def test_lru_eviction_between_slots_never_takes_an_adapter_in_use():
     assert resident(reg) == {"a", "c"} and t.slots == {0: "weights-of-a", 1: "weights-of-c"}
     reg.ensure_resident(["b"], in_use={"a"})  # a in use: c goes even though a is older
     assert resident(reg) == {"a", "b"}
+    assert (reg.num_slot_loads, reg.num_slot_evictions) == (4, 2)  # a, b, then c over b, b over c
     with pytest.raises(AdapterConflict):
         reg.ensure_resident(["c"], in_use={"a", "b"})
 
