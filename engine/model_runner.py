@@ -158,13 +158,10 @@ class ModelRunner:
 
 
 def _tensor_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the weights: parameters and persistent buffers (int8 weights and their scales), a
-    tied head once; not the tables derived from the config (RoPE's cos/sin), which are no weights."""
-    tensors = [*model.parameters()]
-    for module in model.modules():
-        skip = module._non_persistent_buffers_set
-        tensors += [b for name, b in module.named_buffers(recurse=False) if name not in skip]
-    return sum({id(t): t.nbytes for t in tensors}.values())
+    """Bytes of the weights: the state dict (parameters and persistent buffers: int8 weights and
+    their scales), a tied head once; not the tables derived from the config (RoPE's cos/sin, which
+    are non-persistent buffers), which are no weights."""
+    return sum({id(t): t.nbytes for t in model.state_dict(keep_vars=True).values()}.values())
 
 
 def _no_lora(batch: ForwardBatch):
