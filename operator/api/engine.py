@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from llmop.engine.config import SpeculativeConfig
 from llmop.operator.api.base import CRDModel, cel
+from llmop.operator.api.model import SOURCE_PATTERN, ArchitectureSpec
 
 ResourceMap = dict[str, str]
 
@@ -26,29 +27,49 @@ class ResourcesSpec(CRDModel):
     limits: ResourceMap = Field(default_factory=dict, description="Resource limits, e.g. {memory: 64Gi}.")
 
 
-DRAFT_UNSUPPORTED = ("method draft is not available in an LLMDeployment yet: the operator does not mount a "
-                     "draft checkpoint in the pod; use method ngram")
+DRAFT_FIELDS_MESSAGE = "draftModel, draftArchitecture and draftKvCacheMemoryBytes apply to method draft only"
 
 
 class SpeculativeSpec(SpeculativeConfig, CRDModel):
     """Speculative decoding (the engine config's `speculative`, same fields and checks, camelCase):
     the engine proposes tokens and verifies them in one forward pass; the output is exactly what it
-    would be without. Method draft is refused here until the operator provides the draft
-    checkpoint to the pod (the engine would fail to start without it)."""
+    would be without. With method draft, `draftModel` is a source like `spec.model.source`: the
+    operator fetches or mounts it and renders its path in the pod (`build/sources.py`), and sizing
+    counts its weights and KV cache on the GPU that holds it (`sizing/draft.py`)."""
 
     model_config = CRDModel.model_config | {
         "json_schema_extra": cel(
-            ("!has(self.method) || self.method != 'draft'", DRAFT_UNSUPPORTED, ".method"),
-            ("!has(self.draftModel) && !has(self.draftKvCacheMemoryBytes)",
-             "draftModel and draftKvCacheMemoryBytes apply to method draft only", ".draftModel"),
+            ("!has(self.method) || self.method != 'draft' || has(self.draftModel)",
+             "method draft needs draftModel (where the draft checkpoint is)", ".draftModel"),
+            ("(has(self.method) && self.method == 'draft') || (!has(self.draftModel) && "
+             "!has(self.draftArchitecture) && !has(self.draftKvCacheMemoryBytes))", DRAFT_FIELDS_MESSAGE, ".method"),
         )
     }
 
+    draft_model: str | None = Field(
+        None, pattern=SOURCE_PATTERN,
+        description="method draft (required there): where the draft checkpoint is, in the forms of spec.model.source "
+        "(hf://, pvc://, s3://, a path in the engine image), fetched with spec.model.credentialsSecret. A smaller "
+        "model with the target's tokenizer; the engine refuses one whose vocabulary or tokenizer differs.")
+    draft_architecture: ArchitectureSpec | None = Field(
+        None, description="method draft: the draft's architecture for sizing; required when the built-in catalog "
+        "does not know draftModel by its name (the operator never reads the checkpoint).")
+    draft_kv_cache_memory_bytes: int | None = Field(
+        None, ge=1, description="method draft: bytes of the draft's own KV cache (on the first GPU of a replica); "
+        "default: as many blocks as the target's cache, sizing splitting the memory left between the two.")
+
     @model_validator(mode="after")
-    def _no_draft_yet(self) -> "SpeculativeSpec":
-        if self.method == "draft":
-            raise ValueError(DRAFT_UNSUPPORTED)
+    def _draft_fields(self) -> "SpeculativeSpec":
+        if self.method != "draft" and self.draft_architecture is not None:
+            raise ValueError(DRAFT_FIELDS_MESSAGE)
         return self
+
+    def for_engine(self, draft_path: str | None) -> dict[str, Any]:
+        """The engine config's `speculative` (validated with the rest of it): these fields, with the
+        draft's path in the pod (from `build.sources`) for its source; the architecture is the
+        operator's only."""
+        fields = self.model_dump(exclude={"draft_architecture", "draft_model"})
+        return {**fields, "draft_model": draft_path if self.method == "draft" else None}
 
 
 class EngineSpec(CRDModel):

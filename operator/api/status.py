@@ -38,6 +38,11 @@ class SizingStatus(CRDModel):
     max_model_len: int = Field(description="Longest sequence the engine accepts.")
     max_concurrent_sequences: int = Field(description="Sequences of maxModelLen tokens the cache holds at once.")
     summary: str = Field("", description="The plan in one line.")
+    draft_weights_bytes: int | None = Field(
+        None, description="Speculative method draft: the draft model's weight bytes, whole on the first GPU.")
+    draft_kv_budget_bytes: int | None = Field(
+        None, description="Speculative method draft: the draft's KV bytes for the budget, on the first GPU.")
+    draft_kv_blocks: int | None = Field(None, description="Speculative method draft: the draft's paged KV blocks.")
 
 
 class LLMDeploymentStatusBase(CRDModel):

@@ -82,7 +82,7 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
     if engine.enable_prefix_caching is not None:
         fields["enable_prefix_caching"] = engine.enable_prefix_caching
     if engine.speculative is not None:
-        fields["speculative"] = engine.speculative.model_dump()
+        fields["speculative"] = engine.speculative.for_engine(sources.draft)
     try:
         return EngineConfig.model_validate({**engine.overrides, **fields})
     except ValidationError as err:

@@ -1,5 +1,6 @@
-"""Where the engine finds its weights: each `source` URI turned into a path inside the pod, plus the
-init container that downloads it or the PVC that is mounted for it.
+"""Where the engine finds its weights: each `source` URI (the model's, each adapter's, and the draft
+model's for speculative decoding) turned into a path inside the pod, plus the init container that
+downloads it or the PVC that is mounted for it.
 
   (empty)                 the engine's embedded model (no path, nothing to fetch)
   /abs/path               inside the engine image, as is
@@ -9,6 +10,8 @@ init container that downloads it or the PVC that is mounted for it.
 
 Downloads go into one emptyDir at /models shared by the init containers and the engine; the
 downloaders run with a read-only root like the engine, their caches under /models/.home (writable.py).
+Every downloader gets spec.model.credentialsSecret; two sources with one location (a model that is
+its own draft) are fetched once.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class Sources:
     adapters: tuple[str, ...]
     init_containers: tuple[dict[str, Any], ...]
     claims: tuple[str, ...]
+    draft: str | None = None  # speculative.draftModel's path (method draft)
 
     def volumes(self) -> list[dict[str, Any]]:
         out = [{"name": MODELS_VOLUME, "emptyDir": {}}] if self.init_containers else []
@@ -99,7 +103,7 @@ def _init_container(name: str, loc: Location, secret: str | None) -> dict[str, A
 
 
 def sources_for(spec: LLMDeploymentSpec, settings: Settings) -> Sources:
-    """Resolve spec.model.source and every adapter source (model first, then adapters in order)."""
+    """Resolve spec.model.source, every adapter source and the draft model's (in that order)."""
     secret = spec.model.credentials_secret
     named: list[tuple[str, Location]] = []
     model = None
@@ -112,6 +116,15 @@ def sources_for(spec: LLMDeploymentSpec, settings: Settings) -> Sources:
         loc = locate(adapter.source, settings)
         named.append((f"fetch-adapter-{i}", loc))
         adapters.append(loc.path)
-    inits = tuple(_init_container(n, loc, secret) for n, loc in named if loc.fetch_command)
+    draft = None
+    if (speculative := spec.engine.speculative) is not None and speculative.draft_model:
+        loc = locate(speculative.draft_model, settings)
+        named.append(("fetch-draft-model", loc))
+        draft = loc.path
+    fetches: dict[tuple[str, ...], tuple[str, Location]] = {}
+    for n, loc in named:
+        if loc.fetch_command:
+            fetches.setdefault(loc.fetch_command, (n, loc))  # one download per location
+    inits = tuple(_init_container(n, loc, secret) for n, loc in fetches.values())
     claims = tuple(dict.fromkeys(loc.claim for _, loc in named if loc.claim))
-    return Sources(model, tuple(adapters), inits, claims)
+    return Sources(model, tuple(adapters), inits, claims, draft)

@@ -5,12 +5,14 @@
 """
 
 from llmop.operator.sizing.architecture import Accelerator, Architecture
+from llmop.operator.sizing.draft import DraftRequest
 from llmop.operator.sizing.plan import Candidate, SizingError, SizingPlan, SizingRequest, size
 
 __all__ = [
     "Accelerator",
     "Architecture",
     "Candidate",
+    "DraftRequest",
     "SizingError",
     "SizingPlan",
     "SizingRequest",

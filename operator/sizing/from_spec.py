@@ -3,6 +3,9 @@
 Resolution order: `spec.model.architecture`, else the catalog by source or name, and no source at
 all means the engine's embedded model. Budget: budgetTokens, else concurrency × contextLength, else
 one sequence of maxModelLen tokens (the least that lets the engine accept its longest request).
+A draft model (speculative method draft) resolves the same way from `draftArchitecture` and
+`draftModel`, and is refused where the engine would refuse it at start: another vocabulary size, or
+a context shorter than maxModelLen (when the architectures say).
 """
 
 from __future__ import annotations
@@ -10,33 +13,61 @@ from __future__ import annotations
 import dataclasses
 
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
+from llmop.operator.api.model import ArchitectureSpec
 from llmop.operator.api.quantity import parse_bytes
 from llmop.operator.sizing.architecture import Accelerator, Architecture
 from llmop.operator.sizing.catalog import EMBEDDED, lookup
+from llmop.operator.sizing.draft import DraftRequest
 from llmop.operator.sizing.plan import SizingError, SizingPlan, SizingReason, SizingRequest, size
 
 
 def architecture_for(spec: LLMDeploymentSpec) -> Architecture:
     """The architecture sizing uses (weights at one byte with int8 quantization); SizingError
     (ArchitectureUnknown) when there is none."""
-    arch = _architecture(spec)
+    model = spec.model
+    found = _resolve(model.architecture, model.source, model.name)
+    if found is None:
+        raise SizingError(SizingReason.ARCHITECTURE_UNKNOWN, _unknown(model.source, "spec.model.architecture"))
+    return _served(found, spec)
+
+
+def draft_for(spec: LLMDeploymentSpec, target: Architecture, max_model_len: int) -> DraftRequest | None:
+    """The draft model of `speculative.method: draft` (None without one); SizingError
+    (DraftArchitectureUnknown, DraftIncompatible) when it cannot be sized or would be refused."""
+    speculative = spec.engine.speculative
+    if speculative is None or speculative.method != "draft":
+        return None
+    found = _resolve(speculative.draft_architecture, speculative.draft_model, None)
+    if found is None:
+        raise SizingError(SizingReason.DRAFT_ARCHITECTURE_UNKNOWN,
+                          _unknown(speculative.draft_model, "spec.engine.speculative.draftArchitecture"))
+    if None not in (found.vocab_size, target.vocab_size) and found.vocab_size != target.vocab_size:
+        raise SizingError(SizingReason.DRAFT_INCOMPATIBLE, f"the draft model's vocabulary has {found.vocab_size} "
+                          f"tokens, the model's {target.vocab_size}; a draft must use the model's tokenizer")
+    if found.max_context_length is not None and found.max_context_length < max_model_len:
+        raise SizingError(SizingReason.DRAFT_INCOMPATIBLE, f"the draft model's context ({found.max_context_length}) "
+                          f"is shorter than maxModelLen {max_model_len}; set spec.engine.maxModelLen to at most "
+                          f"{found.max_context_length}")
+    return DraftRequest(_served(found, spec), speculative.draft_kv_cache_memory_bytes)
+
+
+def _resolve(declared: ArchitectureSpec | None, source: str | None, name: str | None) -> Architecture | None:
+    """A declared architecture, else the embedded model's for no source, else the catalog's."""
+    if declared is not None:
+        return Architecture(**declared.model_dump())
+    if source is None:
+        return lookup(EMBEDDED)
+    return lookup(source) or lookup(name)
+
+
+def _served(arch: Architecture, spec: LLMDeploymentSpec) -> Architecture:
+    """The weights as the engine holds them: one byte each with int8 quantization (the draft's too)."""
     return dataclasses.replace(arch, dtype="int8") if spec.model.quantization == "int8" else arch
 
 
-def _architecture(spec: LLMDeploymentSpec) -> Architecture:
-    model = spec.model
-    if model.architecture is not None:
-        return Architecture(**model.architecture.model_dump())
-    if model.source is None:
-        return lookup(EMBEDDED)
-    found = lookup(model.source) or lookup(model.name)
-    if found is None:
-        raise SizingError(
-            SizingReason.ARCHITECTURE_UNKNOWN,
-            f"the operator does not know the architecture of {model.source!r}; "
-            "give spec.model.architecture (parameters, layers, attentionHeads, kvHeads, headDim)",
-        )
-    return found
+def _unknown(source: str | None, field: str) -> str:
+    return (f"the operator does not know the architecture of {source!r}; "
+            f"give {field} (parameters, layers, attentionHeads, kvHeads, headDim)")
 
 
 def request_for(spec: LLMDeploymentSpec) -> SizingRequest:
@@ -62,6 +93,7 @@ def request_for(spec: LLMDeploymentSpec) -> SizingRequest:
         budget = max_model_len
     acc = spec.accelerator
     tensor = spec.parallelism.tensor
+    draft = draft_for(spec, arch, max_model_len)
     return SizingRequest(
         architecture=arch,
         accelerator=Accelerator(
@@ -75,6 +107,7 @@ def request_for(spec: LLMDeploymentSpec) -> SizingRequest:
         block_size=kv.block_size,
         kv_dtype=kv.dtype,
         tensor=None if tensor == "auto" else int(tensor),
+        draft=draft,
     )
 
 

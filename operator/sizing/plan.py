@@ -2,8 +2,9 @@
 
 Per GPU at TP = t:  weights/t + kv_bytes_per_token × budget_tokens / t' + reserve ≤ utilization × memory,
 where t' = min(t, kv_heads): past the KV head count, KV heads are replicated, so adding GPUs no longer
-shrinks each GPU's share of the cache. Every candidate t is kept with why it was rejected, so the
-caller can print all the terms and, when nothing fits, a precise reason.
+shrinks each GPU's share of the cache. A draft model for speculative decoding adds its weights and
+KV cache, whole, on the first GPU (`draft.py`). Every candidate t is kept with why it was rejected,
+so the caller can print all the terms and, when nothing fits, a precise reason.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from enum import StrEnum
 
 from llmop.operator.api.quantity import format_bytes
 from llmop.operator.sizing.architecture import Accelerator, Architecture
+from llmop.operator.sizing.draft import DraftRequest
 
 SEARCH_LIMIT = 1024  # how far past one node we look, to say how many GPUs it *would* take
 
@@ -38,6 +40,8 @@ class SizingReason(StrEnum):
     ARCHITECTURE_UNKNOWN = "ArchitectureUnknown"
     MAX_MODEL_LEN_UNKNOWN = "MaxModelLenUnknown"
     CONTEXT_TOO_LONG = "ContextTooLong"
+    DRAFT_ARCHITECTURE_UNKNOWN = "DraftArchitectureUnknown"  # method draft: no draftArchitecture, not in the catalog
+    DRAFT_INCOMPATIBLE = "DraftIncompatible"  # its vocabulary or context: the engine would refuse it at start
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,16 @@ class SizingRequest:
     block_size: int = 16
     kv_dtype: str = "auto"
     tensor: int | None = None  # a fixed size to check instead of searching
+    draft: DraftRequest | None = None  # speculative decoding with a draft model
 
     @property
     def kv_bytes_per_token(self) -> int:
         return self.architecture.kv_bytes_per_token(self.kv_dtype)
+
+    @property
+    def resolved_kv_dtype(self) -> str:
+        """The KV cache dtype the engine is given (for the target's cache and the draft's)."""
+        return self.architecture.kv_dtype(self.kv_dtype)
 
 
 @dataclass(frozen=True)
@@ -68,12 +78,15 @@ class Candidate:
     kv_budget_bytes: int
     reserved_bytes: int
     usable_bytes: int
+    draft_weights_bytes: int = 0  # on the first GPU; 0 without a draft model
+    draft_kv_budget_bytes: int = 0
     rejection: Rejection | None = None
     rejected: str | None = None
 
     @property
     def need_bytes(self) -> int:
-        return self.weights_bytes + self.kv_budget_bytes + self.reserved_bytes
+        return (self.weights_bytes + self.kv_budget_bytes + self.draft_weights_bytes + self.draft_kv_budget_bytes
+                + self.reserved_bytes)
 
 
 @dataclass(frozen=True)
@@ -90,9 +103,14 @@ class SizingPlan:
 
     @property
     def kv_cache_bytes_per_gpu(self) -> int:
-        """What is left for KV once weights and the reserve are placed (at least the budget's share)."""
-        c = self.chosen
-        return c.usable_bytes - c.weights_bytes - c.reserved_bytes
+        """What is left for KV once weights and the reserve are placed (at least the budget's share);
+        with a draft model, less the draft's weights and its KV cache."""
+        c, req = self.chosen, self.request
+        left = c.usable_bytes - c.weights_bytes - c.draft_weights_bytes - c.reserved_bytes
+        if req.draft is None:
+            return left
+        target_block = req.block_size * self.kv_bytes_per_token_per_gpu
+        return req.draft.target_kv_cache_bytes(left, target_block, req.resolved_kv_dtype, req.block_size)
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> int:
@@ -102,6 +120,14 @@ class SizingPlan:
     def kv_blocks(self) -> int:
         per_block = self.request.block_size * self.kv_bytes_per_token_per_gpu
         return self.kv_cache_bytes_per_gpu // per_block
+
+    @property
+    def draft_kv_blocks(self) -> int:
+        """The draft model's KV blocks (0 without one)."""
+        draft = self.request.draft
+        if draft is None:
+            return 0
+        return draft.kv_blocks(self.request.resolved_kv_dtype, self.request.block_size, self.kv_blocks)
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -115,7 +141,7 @@ class SizingPlan:
     def summary(self) -> str:
         c = self.chosen
         return (
-            f"TP={c.t}: weights {format_bytes(c.weights_bytes)} + KV {format_bytes(c.kv_budget_bytes)} "
+            f"TP={c.t}: weights {format_bytes(c.weights_bytes)} + KV {format_bytes(c.kv_budget_bytes)}{draft_terms(c)} "
             f"+ reserve {format_bytes(c.reserved_bytes)} = {format_bytes(c.need_bytes)} of "
             f"{format_bytes(c.usable_bytes)} per GPU; {self.kv_blocks} KV blocks, "
             f"{self.max_concurrent_sequences} sequences of {self.request.max_model_len} tokens"
@@ -131,9 +157,17 @@ class SizingError(ValueError):
         self.candidates = candidates or []
 
 
+def draft_terms(c: Candidate) -> str:
+    """' + draft weights W + draft KV K' when the candidate has a draft model, else ''."""
+    if not (c.draft_weights_bytes or c.draft_kv_budget_bytes):
+        return ""
+    return f" + draft weights {format_bytes(c.draft_weights_bytes)} + draft KV {format_bytes(c.draft_kv_budget_bytes)}"
+
+
 def evaluate(req: SizingRequest, t: int) -> Candidate:
-    """The per-GPU terms at tensor-parallel size t, and the first rule t breaks (if any)."""
-    arch, acc = req.architecture, req.accelerator
+    """The per-GPU terms at tensor-parallel size t (the first GPU's, which holds a draft model),
+    and the first rule t breaks (if any)."""
+    arch, acc, draft = req.architecture, req.accelerator, req.draft
     kv_ranks = min(t, arch.kv_heads)
     cand = dict(
         t=t,
@@ -143,6 +177,9 @@ def evaluate(req: SizingRequest, t: int) -> Candidate:
         reserved_bytes=acc.reserved_bytes,
         usable_bytes=acc.usable_bytes,
     )
+    if draft is not None:
+        cand.update(draft_weights_bytes=draft.weight_bytes,
+                    draft_kv_budget_bytes=draft.kv_budget_bytes(req.resolved_kv_dtype, req.budget_tokens))
     if arch.attention_heads % t:
         return Candidate(**cand, rejection=Rejection.HEADS,
                          rejected=f"does not divide the {arch.attention_heads} attention heads")
@@ -169,6 +206,11 @@ def size(req: SizingRequest) -> SizingPlan:
     """The plan with the smallest working t (or the fixed `req.tensor`); SizingError if none works."""
     if req.budget_tokens < 1 or req.max_model_len < 1:
         raise SizingError(SizingReason.INVALID_BUDGET, "the KV budget and maxModelLen must be positive")
+    if req.draft is not None and req.draft.kv_cache_bytes is not None:
+        block = req.draft.block_bytes(req.resolved_kv_dtype, req.block_size)
+        if req.draft.kv_cache_bytes < block:
+            raise SizingError(SizingReason.INVALID_BUDGET, f"speculative.draftKvCacheMemoryBytes "
+                              f"{req.draft.kv_cache_bytes} is below one block of the draft's KV cache ({block} bytes)")
     if req.tensor is not None:
         cand = evaluate(req, req.tensor)
         if cand.rejection:
@@ -207,7 +249,8 @@ def _never_fits(req: SizingRequest, tried: list[Candidate]) -> str:
     return (
         f"does not fit at any tensor-parallel size: at best (TP={best.t}) it needs "
         f"{format_bytes(best.need_bytes)} per GPU (weights {format_bytes(best.weights_bytes)} + KV "
-        f"{format_bytes(best.kv_budget_bytes)} + reserve {format_bytes(best.reserved_bytes)}) but "
+        f"{format_bytes(best.kv_budget_bytes)}{draft_terms(best)} + reserve {format_bytes(best.reserved_bytes)}) but "
         f"{format_bytes(best.usable_bytes)} is usable; the KV share stops shrinking past "
         f"{req.architecture.kv_heads} GPUs (KV heads are replicated)"
+        + ("; the draft model's weights and KV cache are whole on the first GPU at any size" if req.draft else "")
     )

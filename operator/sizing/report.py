@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmop.operator.api.quantity import format_bytes
 from llmop.operator.api.status import SizingStatus
-from llmop.operator.sizing.plan import Candidate, SizingError, SizingPlan, SizingRequest
+from llmop.operator.sizing.plan import Candidate, SizingError, SizingPlan, SizingRequest, draft_terms
 
 
 def _inputs(req: SizingRequest) -> list[str]:
@@ -20,6 +20,21 @@ def _inputs(req: SizingRequest) -> list[str]:
         f"GPU          {format_bytes(acc.memory_bytes)} × {acc.utilization:g} = "
         f"{format_bytes(acc.usable_bytes)} usable, reserve {format_bytes(acc.reserved_bytes)}, "
         f"{acc.gpus_per_node} per node",
+    ] + _draft_inputs(req)
+
+
+def _draft_inputs(req: SizingRequest) -> list[str]:
+    if req.draft is None:
+        return []
+    d, kv_dtype = req.draft, req.resolved_kv_dtype
+    cache = (f"{format_bytes(d.kv_cache_bytes)} (draftKvCacheMemoryBytes)" if d.kv_cache_bytes is not None
+             else f"as many blocks as the model's: {req.budget_tokens} tokens × "
+             f"{format_bytes(d.kv_bytes_per_token(kv_dtype))}/token = "
+             f"{format_bytes(d.kv_budget_bytes(kv_dtype, req.budget_tokens))}")
+    return [
+        f"draft        {d.architecture.parameters / 1e9:.2f}B parameters, {d.architecture.layers} layers, "
+        f"weights {format_bytes(d.weight_bytes)}, on the first GPU",
+        f"draft KV     {cache}",
     ]
 
 
@@ -27,7 +42,7 @@ def _row(c: Candidate) -> str:
     verdict = c.rejected or "fits"
     return (
         f"  TP={c.t:<3} weights {format_bytes(c.weights_bytes):>11} + KV {format_bytes(c.kv_budget_bytes):>11}"
-        f" (÷{c.kv_ranks}) + reserve {format_bytes(c.reserved_bytes)} = {format_bytes(c.need_bytes):>11}"
+        f" (÷{c.kv_ranks}){draft_terms(c)} + reserve {format_bytes(c.reserved_bytes)} = {format_bytes(c.need_bytes):>11}"
         f"  {verdict}"
     )
 
@@ -45,6 +60,8 @@ def render(req: SizingRequest, plan: SizingPlan | None = None, error: SizingErro
             f"limits       maxModelLen {req.max_model_len}, {plan.max_concurrent_sequences} concurrent "
             f"sequences at maxModelLen",
         ]
+        if req.draft is not None:
+            lines.append(f"draft KV     {plan.draft_kv_blocks} blocks on the first GPU")
     if error is not None:
         lines.append(f"does not fit ({error.reason}): {error}")
     return "\n".join(lines)
@@ -66,4 +83,13 @@ def to_status(plan: SizingPlan) -> SizingStatus:
         max_model_len=req.max_model_len,
         max_concurrent_sequences=plan.max_concurrent_sequences,
         summary=plan.summary(),
+        **_draft_status(plan),
     )
+
+
+def _draft_status(plan: SizingPlan) -> dict[str, int]:
+    if plan.request.draft is None:
+        return {}
+    c = plan.chosen
+    return dict(draft_weights_bytes=c.draft_weights_bytes, draft_kv_budget_bytes=c.draft_kv_budget_bytes,
+                draft_kv_blocks=plan.draft_kv_blocks)

@@ -162,13 +162,6 @@ def test_speculation_is_rendered_from_the_typed_field_only():
     assert "spec.engine.speculative" in str(err.value)
 
 
-def test_draft_model_speculation_is_refused_not_ignored():
-    """The operator cannot put a draft checkpoint in the pod yet: the spec is refused with the reason."""
-    with pytest.raises(SpecError) as err:
-        desired_state(body({"engine": {"speculative": {"method": "draft", "draftModel": "/models/draft"}}}), SETTINGS)
-    assert "operator does not mount a draft checkpoint" in str(err.value)
-
-
 def test_no_admin_listener_without_a_credential_secret():
     objs = objects()
     cfg = engine_config(objs)
@@ -254,6 +247,9 @@ FULL_SPEC = {"model": {"source": "hf://meta-llama/Meta-Llama-3-70B-Instruct", "c
 @pytest.mark.parametrize("spec,inits", [
     ({}, []),  # the embedded model: the engine container alone
     (FULL_SPEC, ["fetch-model", "fetch-adapter-0"]),
+    ({**FULL_SPEC, "engine": {**FULL_SPEC["engine"], "speculative": {
+        "method": "draft", "draftModel": "s3://bucket/Meta-Llama-3-8B"}}},
+     ["fetch-model", "fetch-adapter-0", "fetch-draft-model"]),  # a draft model's downloader too
 ])  # fmt: skip
 def test_engine_pods_are_restricted(spec, inits):
     pod = objects(spec)["Deployment"]["spec"]["template"]["spec"]

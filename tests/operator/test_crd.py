@@ -64,7 +64,7 @@ def test_subresources_printer_columns_names():
         {"parallelism": {"tensor": "many"}},
         {"replicas": -1},
         {"unknownField": 1},
-        {"engine": {"speculative": {"method": "draft", "draftModel": "/models/draft"}}},
+        {"engine": {"speculative": {"method": "draft"}}},
         {"engine": {"speculative": {"draftModel": "/models/draft"}}},
     ],
 )
