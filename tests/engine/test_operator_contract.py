@@ -28,6 +28,13 @@ operator leaves at their defaults are checked at that default on the rendered en
 and with another value on a small probe engine (in-process, TP=1, same model) or a worker-process
 probe engine; server fields are checked on the rendered engine's server.
 
+A second spec asks for draft-model speculation (`DRAFT_SPEC`: the same deployment at TP=1 on a
+bigger make-believe GPU, `method: draft` with a draft on the model's PVC whose architecture is
+declared). Its draft is the embedded model cut after its first 4 layers (`engine/draft_checkpoint.py`,
+written here as a HF checkpoint); its rendered file, with the same swaps plus the draft's path, starts
+an in-process engine, which must run the draft and hold what sizing counted on the GPU: the target's
+KV blocks, the draft's KV blocks, and no more weight bytes than sizing counted for either.
+
 Mismatches found between the two sides are xfail(strict=True) tests whose reason gives the numbers.
 """
 
@@ -36,10 +43,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import inspect
 import itertools
 import json
+import math
 import os
 import signal
 import time
@@ -56,6 +65,7 @@ from llmop.engine.config import AdapterSource, EngineConfig
 from llmop.engine.device_caps import auto_dtype, resolve_device
 from llmop.engine.engine import LLMEngine
 from llmop.engine.executor import WorkerFailed
+from llmop.engine.model_runner import RankInfo
 from llmop.engine.lora.peft_adapter import AdapterError
 from llmop.engine.lora.registry import AdapterConflict, AdapterState
 from llmop.engine.request import FinishReason
@@ -65,6 +75,7 @@ from llmop.engine.server.errors import APIError
 from llmop.engine.server.runner import DrainingServer
 from llmop.engine.tp.multiproc import MultiprocExecutor
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
+from llmop.operator.api.model import ArchitectureSpec
 from llmop.operator.build.engine_config import OPERATOR_FIELDS, engine_config
 from llmop.operator.build.settings import Settings
 from llmop.operator.build.sources import sources_for
@@ -91,6 +102,24 @@ SPEC: dict[str, Any] = {
                "adminCredentialSecret": "chat-admin", "adminPort": 8082},
 }  # fmt: skip
 ADMIN_TOKEN = "contract-admin-credential-0123456789"  # the Secret's content, in a local file
+
+# Draft-model speculation: the embedded model's first DRAFT_LAYERS layers, on the model's PVC. The
+# catalog does not know it, so the spec declares its architecture: the embedded model's with fewer
+# layers, and fewer parameters by the layers cut (each layer's share of what is not the tied
+# embedding or the final norm). `test_the_operator_knows_the_draft_it_sizes` checks both.
+DRAFT_LAYERS = 4
+_SMOL = lookup(EMBEDDED)
+_PER_LAYER = (_SMOL.parameters - _SMOL.vocab_size * _SMOL.hidden_size - _SMOL.hidden_size) // _SMOL.layers
+DRAFT_ARCHITECTURE = dataclasses.replace(
+    _SMOL, layers=DRAFT_LAYERS, parameters=_SMOL.parameters - (_SMOL.layers - DRAFT_LAYERS) * _PER_LAYER)
+# TP=1: 0.9 × 448Mi usable - 183 MiB of int8 weights - 95 MiB of the int8 draft's - 32Mi reserve
+# leaves about 94 MiB for both KV caches, block for block.
+DRAFT_SPEC: dict[str, Any] = {
+    **SPEC, "parallelism": {"tensor": 1}, "accelerator": {**SPEC["accelerator"], "memoryPerGPU": "448Mi"},
+    "engine": {**SPEC["engine"], "speculative": {
+        "method": "draft", "draftModel": f"pvc://models/smollm2-first-{DRAFT_LAYERS}-layers", "numTokens": 3,
+        "maxBatchSize": 2, "draftArchitecture": ArchitectureSpec(**dataclasses.asdict(DRAFT_ARCHITECTURE)).wire()}},
+}  # fmt: skip
 ADAPTER = {"name": "tone", "source": "pvc://adapters/tone", "pinned": True}  # only where int8 meets LoRA
 
 # The in-process probe: every field the operator leaves at its default, set to something else that
@@ -126,6 +155,25 @@ def abort_all(engine: LLMEngine, rids) -> None:
     for rid in rids:
         engine.abort(rid)
     assert not engine.has_unfinished()
+
+
+def at_sizing_dtype(info: RankInfo) -> float:
+    """A lower bound of a model's weight bytes at the sizing dtype (bf16): the bytes measured at
+    this host's dtype scaled by bf16's share (int8 bytes included, which only lowers the bound)."""
+    return info.weight_bytes * DTYPE_BYTES["bfloat16"] / DTYPE_BYTES[info.dtype]
+
+
+def write_local(rendered: EngineConfig, path: Path, **local) -> Path:
+    """The rendered file with pod paths swapped for local ones (`local`: field -> value), nothing else."""
+    path.write_text(rendered.model_copy(update=local).to_yaml())
+    return path
+
+
+def read_as_llmop_serve(path: Path) -> EngineConfig:
+    """What `llmop serve --config FILE` reads (flags none)."""
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    return cli.load_config(parser.parse_args(["--config", str(path)]))
 
 
 def make_adapter(path: Path, rank: int, seed: int, std: float = 0.1) -> Path:
@@ -174,25 +222,26 @@ def adapter_dirs(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def config_file(rendered, adapter_dirs, tmp_path_factory) -> Path:
-    """The rendered file with pod paths swapped for local ones (model, adapter sources), nothing else."""
+def admin_token_file(tmp_path_factory) -> Path:
+    """The admin credential Secret's file, here."""
     token = tmp_path_factory.mktemp("admin-secret") / "token"
     token.write_text(ADMIN_TOKEN)
-    local = rendered.model_copy(update={
-        "model": str(embedded_model_path()), "admin_token_file": str(token),
-        "adapters": [a.model_copy(update={"source": str(adapter_dirs[a.name])}) for a in rendered.adapters],
-    })
-    path = tmp_path_factory.mktemp("etc-llmop") / "engine.yaml"
-    path.write_text(local.to_yaml())
-    return path
+    return token
+
+
+@pytest.fixture(scope="module")
+def config_file(rendered, adapter_dirs, admin_token_file, tmp_path_factory) -> Path:
+    """The rendered file with pod paths swapped for local ones (model, adapter sources, the admin
+    credential), nothing else."""
+    return write_local(
+        rendered, tmp_path_factory.mktemp("etc-llmop") / "engine.yaml", model=str(embedded_model_path()),
+        admin_token_file=str(admin_token_file),
+        adapters=[a.model_copy(update={"source": str(adapter_dirs[a.name])}) for a in rendered.adapters])
 
 
 @pytest.fixture(scope="module")
 def config(config_file) -> EngineConfig:
-    """What `llmop serve --config FILE` reads (flags none)."""
-    parser = argparse.ArgumentParser()
-    cli.configure(parser)
-    return cli.load_config(parser.parse_args(["--config", str(config_file)]))
+    return read_as_llmop_serve(config_file)
 
 
 # --- the engine's side --------------------------------------------------------------------------------
@@ -361,12 +410,7 @@ def test_the_engine_has_the_kv_blocks_per_gpu_the_operator_planned(engine, ranks
 
 
 def test_a_rank_holds_no_more_weights_than_sizing_counted(ranks, plan):
-    if not hasattr(ranks[0], "weight_bytes"):
-        pytest.skip("RankInfo has no weight_bytes in this engine")
-    # A lower bound of the rank's footprint at the sizing dtype (bf16): halve every byte measured at
-    # this host's dtype (int8 bytes included, which only lowers the bound).
-    scale = DTYPE_BYTES["bfloat16"] / DTYPE_BYTES[ranks[0].dtype]
-    assert max(r.weight_bytes for r in ranks) * scale <= plan.chosen.weights_bytes
+    assert max(at_sizing_dtype(r) for r in ranks) <= plan.chosen.weights_bytes
 
 
 def test_a_size_that_cannot_split_the_heads_is_refused_by_both():
@@ -413,6 +457,92 @@ def test_int8_weights_with_an_adapter_generate(adapter_dirs):
     finally:
         eng.shutdown()
     assert len(base) == len(tuned) == 4 and base != tuned
+
+
+# --- method draft: the draft model in the pod and on the GPU ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def draft_spec() -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate(DRAFT_SPEC)
+
+
+@pytest.fixture(scope="module")
+def draft_plan(draft_spec):
+    return plan_for(draft_spec)
+
+
+@pytest.fixture(scope="module")
+def draft_rendered(draft_spec, draft_plan) -> EngineConfig:
+    return engine_config(draft_spec, NAME, draft_plan, sources_for(draft_spec, Settings(engine_image="engine:test")))
+
+
+@pytest.fixture(scope="module")
+def draft_dir(hf_checkpoint_dir, tmp_path_factory) -> Path:
+    """The draft checkpoint the PVC would hold: the embedded model's first DRAFT_LAYERS layers."""
+    from llmop.engine.draft_checkpoint import truncate_checkpoint
+
+    return truncate_checkpoint(hf_checkpoint_dir, DRAFT_LAYERS, tmp_path_factory.mktemp("pvc") / "draft")
+
+
+@pytest.fixture(scope="module")
+def draft_engine(draft_rendered, draft_dir, admin_token_file, tmp_path_factory):
+    """The engine `llmop serve` starts from the draft spec's file (in-process: TP=1)."""
+    path = write_local(
+        draft_rendered, tmp_path_factory.mktemp("etc-llmop-draft") / "engine.yaml", model=str(embedded_model_path()),
+        admin_token_file=str(admin_token_file),
+        speculative=draft_rendered.speculative.model_copy(update={"draft_model": str(draft_dir)}))
+    eng = LLMEngine(read_as_llmop_serve(path))
+    yield eng
+    eng.shutdown()
+
+
+def test_a_draft_spec_renders_the_drafts_path_in_the_pod(draft_rendered, draft_plan, rendered):
+    spec = draft_rendered.speculative
+    assert (spec.method, spec.num_tokens, spec.max_batch_size) == ("draft", 3, 2)
+    assert spec.draft_model == f"/mnt/pvc/models/smollm2-first-{DRAFT_LAYERS}-layers"  # the model's claim
+    assert spec.draft_kv_cache_memory_bytes is None  # the engine's default: as many blocks as the model's
+    assert draft_rendered.adapter_roots == rendered.adapter_roots == ["/mnt/pvc/models"]
+    assert draft_rendered.kv_cache_memory_bytes == draft_plan.kv_cache_bytes_per_gpu
+    assert draft_plan.tensor_parallel_size == 1 and draft_plan.request.draft.architecture.dtype == "int8"
+
+
+def test_the_engine_runs_the_rendered_draft(draft_engine):
+    """The draft proposes (its own 4 layers, its own KV cache) and the target verifies."""
+    proposer = draft_engine.speculator.proposer
+    assert proposer.runner.full_config.num_layers == DRAFT_LAYERS and proposer.runner.int8_layers > 0
+    steps = [len(o.new_token_ids) for o in run(draft_engine, tokens(6, 8000) * 4, 8)]
+    assert sum(steps) == 8 and draft_engine.speculator.counters.draft_tokens > 0
+    assert proposer.blocks.pool.num_free == proposer.blocks.pool.num_blocks  # released with the request
+
+
+def test_the_engine_holds_on_the_gpu_what_sizing_counted_for_the_draft(draft_engine, draft_plan):
+    """Both caches have the blocks sizing split the memory into, at the bytes per block it counted;
+    neither model holds more weight bytes than it counted; so the whole holds within the usable
+    memory of the GPU."""
+    target, draft = draft_engine.executor.describe()[0], draft_engine.speculator.proposer.runner.describe()
+    req, c = draft_plan.request, draft_plan.chosen
+    assert target.num_blocks == draft_plan.kv_blocks > 100
+    assert draft.num_blocks == draft_plan.draft_kv_blocks == draft_plan.kv_blocks
+    assert draft.kv_dtype == target.kv_dtype == req.resolved_kv_dtype
+    assert draft.kv_bytes == draft.num_blocks * req.block_size * req.draft.kv_bytes_per_token(req.resolved_kv_dtype)
+    assert at_sizing_dtype(target) <= c.weights_bytes
+    assert at_sizing_dtype(draft) <= c.draft_weights_bytes
+    held = at_sizing_dtype(target) + at_sizing_dtype(draft) + target.kv_bytes + draft.kv_bytes
+    assert held + c.reserved_bytes <= c.usable_bytes
+
+
+def test_the_operator_knows_the_draft_it_sizes(draft_engine, draft_plan, draft_dir):
+    """The declared draftArchitecture is the draft checkpoint's (its parameter count summed from
+    its safetensors)."""
+    from safetensors import safe_open
+
+    arch, m = draft_plan.request.draft.architecture, draft_engine.speculator.proposer.runner.full_config
+    assert (arch.layers, arch.attention_heads, arch.kv_heads, arch.head_dim, arch.vocab_size) == (
+        m.num_layers, m.num_heads, m.num_kv_heads, m.head_dim, m.vocab_size)
+    assert arch.max_context_length == m.max_position_embeddings
+    with safe_open(str(draft_dir / "model.safetensors"), "pt") as f:
+        assert arch.parameters == sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
 
 
 # --- the contract, field by field ----------------------------------------------------------------------
