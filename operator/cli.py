@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     kopf.configure(verbose=args.verbose, log_format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                    log_prefix=True)  # fmt: skip
     settings = Settings.from_env()
-    operator = Operator.create(args.kubeconfig, settings, namespaced=bool(args.namespace))
+    operator = Operator.create(args.kubeconfig, settings, namespaces=tuple(args.namespace))
     elector = None
     if args.leader_elect:
         namespace = args.leader_election_namespace or settings.operator_namespace

@@ -1,6 +1,6 @@
 """Generate every artefact derived from the operator's models: `make crds` (`--check` in tests).
 
-Writes the LLMDeployment CRD into `crds/` and into the Helm chart's `crds/`, and the RBAC rules
+Writes the LLMDeployment and LLMAdapter CRDs into `crds/` and into the Helm chart's `crds/`, and the RBAC rules
 into the chart, all from Python, so the YAML in the repository is never edited by hand and a test
 fails when it is stale.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from llmop.operator.crd.manifest import build_crd
+from llmop.operator.crd.manifest import build_adapter_crd, build_crd
 from llmop.operator.rbac import CLUSTER_RULES, LEADER_ELECTION_RULES, RULES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,11 +34,13 @@ def _dump(obj: Any) -> str:
 
 def artefacts(root: Path = ROOT) -> dict[Path, str]:
     """Path → content of every generated file."""
-    crd = _dump(build_crd())
-    name = "llmop.dev_llmdeployments.yaml"
-    return {
-        root / "crds" / name: crd,
-        root / "charts" / "llmop" / "crds" / name: crd,
+    out = {}
+    for crd in (build_crd(), build_adapter_crd()):
+        name = f"llmop.dev_{crd['spec']['names']['plural']}.yaml"
+        text = _dump(crd)
+        out[root / "crds" / name] = text
+        out[root / "charts" / "llmop" / "crds" / name] = text
+    return out | {
         root / "charts" / "llmop" / "files" / "rbac-rules.yaml": _dump(RULES),
         root / "charts" / "llmop" / "files" / "rbac-cluster-rules.yaml": _dump(CLUSTER_RULES),
         root / "charts" / "llmop" / "files" / "rbac-leader-election-rules.yaml": _dump(LEADER_ELECTION_RULES),

@@ -4,8 +4,11 @@ Triggers: an LLMDeployment is created, its spec changes, the operator (re)starts
 changes (drift is reverted, Deployment progress reaches status) and a slow resync timer. Errors map
 to kopf's retry model: API trouble is a TemporaryError (retried with backoff), a spec that can never
 work is a PermanentError (recorded in status and an Event; retried only when the spec changes).
-The autoscaler's daemon registers beside these (imported below). Every handler gets the operator
-object (`controllers.Operator`) as `memo.operator`: `llmop operator` passes it to kopf.
+The autoscaler's daemon registers beside these (imported below). LLMAdapters (tenants' adapters)
+are placed by one level-based pass per base (`adapters.placer`), run when an adapter changes, its
+base changes or goes, and on a short timer of bases with tenancy (new pods, failed loads, revoked
+grants). Every handler gets the operator object (`controllers.Operator`) as `memo.operator`:
+`llmop operator` passes it to kopf.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from llmop.operator.adapters.binding import base_of
+from llmop.operator.api import llmadapter
 from llmop.operator.api.conditions import is_true
 from llmop.operator.api.llmdeployment import GROUP, KIND, PLURAL, VERSION
 from llmop.operator.autoscaling import timer  # noqa: F401 - registers the autoscaler's daemon
@@ -26,6 +31,7 @@ from llmop.operator.controllers import Operator
 from llmop.operator.reconcile.reconciler import Reconciler
 
 RESYNC_SECONDS = 300.0
+PLACEMENT_SECONDS = 5.0
 OWNED = [("", "v1", "configmaps"), ("", "v1", "services"), ("apps", "v1", "deployments"),
          ("policy", "v1", "poddisruptionbudgets"), ("networking.k8s.io", "v1", "networkpolicies")]  # fmt: skip
 
@@ -83,6 +89,42 @@ def report_requests(logger: logging.Logger, memo: kopf.Memo, **_: Any) -> None:
 def reconcile_llmdeployment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The LLMDeployment appeared, changed, or the operator restarted."""
     _run(_reconciler(memo).reconcile, dict(body))
+    _place(memo, body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+def _place(memo: kopf.Memo, namespace: str, name: str) -> None:
+    """One placement pass over the base `namespace/name`."""
+    _run(memo.operator.placer.place, namespace, name)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def _base_deleted(body: kopf.Body, memo: kopf.Memo, type: str | None = None, **_: Any) -> None:
+    """A base is gone: its adapters say so (BaseNotFound)."""
+    if type == "DELETED":
+        _place(memo, body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+def _has_tenancy(spec: kopf.Spec, **_: Any) -> bool:
+    return spec.get("tenancy") is not None
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, id="adapter-placement", interval=PLACEMENT_SECONDS, idle=None,
+            when=_has_tenancy)
+def place_adapters(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Catch what no event announces: a pod turning ready, a failed load, a namespace relabelled."""
+    _place(memo, body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+@kopf.on.event(GROUP, VERSION, llmadapter.PLURAL)
+def _adapter_changed(body: kopf.Body, memo: kopf.Memo, type: str | None = None, **_: Any) -> None:
+    """An LLMAdapter appeared, changed its spec or was deleted: place its base's adapters
+    (status-only changes, the placer's own writes, are skipped)."""
+    m, status = body.get("metadata", {}), body.get("status") or {}
+    if type == "MODIFIED" and status.get("observedGeneration") == m.get("generation"):
+        return
+    base = base_of(dict(body))
+    if base is not None:
+        _place(memo, *base)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS, idle=None)

@@ -27,7 +27,7 @@ from llmop.operator.api.conditions import get_condition
 CHART = Path(__file__).resolve().parent.parent / "charts" / "llmop"
 RELEASE, OPERATOR_NS = "llmop", "llmop-system"
 SERVICE_ACCOUNT = "llmop"  # the chart's fullname for release "llmop"
-CRD_NAME = "llmdeployments.llmop.dev"
+CRD_NAMES = ("llmdeployments.llmop.dev", "llmadapters.llmop.dev")
 
 
 def eventually(fn: Callable[[], Any], timeout: float = 180, interval: float = 0.5, what: str = "") -> Any:
@@ -67,7 +67,8 @@ def install_chart(cluster, *values: str, release: str = RELEASE, namespace: str 
     )  # fmt: skip
     if out.returncode != 0:
         raise RuntimeError(f"helm install failed: {out.stderr}")
-    eventually(lambda: condition(kubectl_json(cluster, "crd", CRD_NAME), "Established"), what="CRD established")
+    for crd in CRD_NAMES:
+        eventually(lambda: condition(kubectl_json(cluster, "crd", crd), "Established"), what=f"CRD {crd} established")
 
 
 def service_account_kubeconfig(cluster, path: Path, account: str = SERVICE_ACCOUNT,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmop.operator.api import llmadapter
 from llmop.operator.api.llmdeployment import GROUP, PLURAL
 
 _WATCH = ["list", "watch"]  # kopf's watches (a list, then a watch from its resourceVersion)
@@ -28,6 +29,12 @@ RULES: list[dict[str, Any]] = [
     # Owned objects carry blockOwnerDeletion: where the OwnerReferencesPermissionEnforcement
     # admission plugin runs (OpenShift), setting it needs update on the owner's finalizers.
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
+    # Tenants' adapters: watched (kopf), listed by adapter placement, which writes their status.
+    {"apiGroups": [GROUP], "resources": [llmadapter.PLURAL], "verbs": _WATCH},
+    {"apiGroups": [GROUP], "resources": [f"{llmadapter.PLURAL}/status"], "verbs": ["patch"]},
+    # The engine admin credential of a base with spec.tenancy: created once (random), read back to
+    # call the engines' admin API. (Secrets named by spec.engine.adminCredentialSecret are read too.)
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]},
     # What each LLMDeployment is reconciled into: applied, and watched for drift.
     {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": [*_APPLY, *_WATCH]},
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": [*_APPLY, *_WATCH]},
@@ -45,6 +52,8 @@ RULES: list[dict[str, Any]] = [
 CLUSTER_RULES: list[dict[str, Any]] = [
     # kopf watches the CRDs it serves (to notice them being installed or removed); cluster-wide only.
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": _WATCH},
+    # A base's spec.tenancy.namespaceSelector: adapter placement reads the tenant namespace's labels.
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
 ]
 
 LEADER_ELECTION_RULES: list[dict[str, Any]] = [

@@ -18,6 +18,7 @@ from llmop.operator.api.network import NetworkPolicySpec
 from llmop.operator.api.parallelism import ParallelismSpec
 from llmop.operator.api.pod import PodTemplateOverrides
 from llmop.operator.api.status import LLMDeploymentStatusBase
+from llmop.operator.api.tenancy import TenancySpec
 from llmop.operator.autoscaling.spec import AutoscalingSpec, AutoscalingStatus
 
 GROUP = "llmop.dev"
@@ -71,6 +72,13 @@ class LLMDeploymentSpec(CRDModel):
         description="LoRA adapters loaded at start-up.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
+    tenancy: TenancySpec | None = Field(
+        None,
+        description=(
+            "Let LLMAdapters (tenants' LoRA adapters, in this or granted namespaces) attach to this base; "
+            "the engine pods then get an admin listener the operator loads them through. Absent: none attach."
+        ),
+    )
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="Rolling update of engine pods.")
     pod_template: PodTemplateOverrides = Field(
         default_factory=PodTemplateOverrides, description="Labels, annotations and scheduling of engine pods."
@@ -90,3 +98,7 @@ class LLMDeploymentStatus(LLMDeploymentStatusBase):
     """What the operator decided and observed."""
 
     autoscaling: AutoscalingStatus | None = Field(None, description="Written by the autoscaler.")
+    tenant_adapters: int | None = Field(None, description="LLMAdapters bound to this base (written by adapter placement).")
+    bound_adapters: list[str] = Field(
+        default_factory=list, max_length=10000,
+        description="Model ids (namespace/name) of the LLMAdapters bound to this base.")

@@ -22,6 +22,7 @@ from llmop.operator.build.network_policy import network_policy, network_policy_k
 from llmop.operator.build.pod import engine_pod_template
 from llmop.operator.build.settings import Settings
 from llmop.operator.build.sources import sources_for
+from llmop.operator.build.tenancy import operator_made_secret
 from llmop.operator.kube.identity import ObjectKey
 from llmop.operator.sizing.from_spec import plan_for
 from llmop.operator.sizing.plan import SizingError, SizingPlan
@@ -33,7 +34,9 @@ __all__ = ["DesiredState", "SpecError", "desired_state"]
 class DesiredState:
     """The parsed spec, its sizing plan, and the objects to apply (ConfigMap first); `engine` is
     which of them is the engine Deployment (its status is the LLMDeployment's readiness); `absent`
-    the objects the spec turned off, which must not exist (the NetworkPolicy when disabled)."""
+    the objects the spec turned off, which must not exist (the NetworkPolicy when disabled);
+    `created_once` objects made when absent and never re-applied (the admin credential Secret the
+    operator generates for spec.tenancy)."""
 
     owner: Owner
     spec: LLMDeploymentSpec
@@ -42,6 +45,7 @@ class DesiredState:
     objects: tuple[dict[str, Any], ...]
     engine: ObjectKey
     absent: tuple[ObjectKey, ...] = ()
+    created_once: tuple[dict[str, Any], ...] = ()
 
 
 def parse_spec(body: dict[str, Any]) -> LLMDeploymentSpec:
@@ -87,4 +91,5 @@ def desired_state(body: dict[str, Any], settings: Settings) -> DesiredState:
         ),
         engine=ObjectKey.of(engine),
         absent=absent,
+        created_once=tuple(o for o in (operator_made_secret(owner, spec),) if o is not None),
     )

@@ -1,6 +1,7 @@
 """The engine's config file for one LLMDeployment: the spec's engine knobs, the sizing plan's
-limits and KV budget, the source paths (and their volumes as the admin API's adapter roots), and
-the admin listener when a credential Secret is named, checked against the engine's own schema.
+limits and KV budget, the source paths (and their volumes as the admin API's adapter roots), the
+admin listener when there is a credential (tenancy.py) and the tenants' adapter manifest, checked
+against the engine's own schema.
 
 `spec.engine.overrides` reaches any other EngineConfig field, but not the ones the operator
 decides (the Service, sizing and sources depend on those): setting one is a spec error.
@@ -15,12 +16,12 @@ from llmop.operator.api.accelerator import AcceleratorType
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
 from llmop.operator.build.errors import SpecCondition, SpecError, SpecReason
 from llmop.operator.build.sources import Sources
+from llmop.operator.build.tenancy import ADAPTERS_DIR, ADMIN_TOKEN_KEY, MANIFEST_FILE, admin_secret
 from llmop.operator.sizing.plan import SizingPlan
 
 CONFIG_DIR = "/etc/llmop"
 CONFIG_FILE = "engine.yaml"
 ADMIN_DIR = "/var/run/llmop/admin"  # the admin credential Secret, mounted read-only
-ADMIN_TOKEN_KEY = "token"
 
 # EngineConfig fields the operator sets, and the spec field a user sets instead.
 OPERATOR_FIELDS = {
@@ -36,6 +37,7 @@ OPERATOR_FIELDS = {
     "device": "spec.accelerator.type",
     "admin_port": "spec.engine.adminPort", "admin_host": "(always 0.0.0.0)",
     "admin_token_file": "spec.engine.adminCredentialSecret", "adapter_roots": "(the mounted source volumes)",
+    "adapter_manifest": "spec.tenancy (LLMAdapters)",
 }  # fmt: skip
 
 
@@ -72,9 +74,11 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
     }
     # A GPU pod says "auto": CUDA where the node has it, so one image serves both.
     fields["device"] = "cpu" if spec.accelerator.type is AcceleratorType.CPU else "auto"
-    if engine.admin_credential_secret:  # docs/security.md
+    if admin_secret(spec, name):  # docs/security.md
         fields.update(admin_host="0.0.0.0", admin_port=engine.admin_port,
                       admin_token_file=f"{ADMIN_DIR}/{ADMIN_TOKEN_KEY}")
+    if spec.tenancy is not None:  # docs/adapters.md
+        fields["adapter_manifest"] = f"{ADAPTERS_DIR}/{MANIFEST_FILE}"
     if engine.max_num_seqs is not None:
         fields["max_num_seqs"] = engine.max_num_seqs
     if engine.max_num_batched_tokens is not None:

@@ -2,7 +2,7 @@
 may reach its engine pods.
 
 Ingress only, on two ports: the inference port from anywhere (clients, the router, Prometheus
-scraping /metrics there too), and the admin port, present with spec.engine.adminCredentialSecret,
+scraping /metrics there too), and the admin port, present with spec.engine.adminCredentialSecret or spec.tenancy,
 only from the operator's pods (the chart's selector label, in the namespace the operator runs in).
 Anything else arriving at an engine pod is dropped (the kubelet's probes come from the node, which
 the usual plugins admit); egress is left open (hf:// and s3:// downloads). Enforcement is the
@@ -15,6 +15,7 @@ from typing import Any
 
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
 from llmop.operator.build.meta import Owner
+from llmop.operator.build.tenancy import admin_secret
 from llmop.operator.kube.identity import ObjectKey
 
 API_VERSION, KIND = "networking.k8s.io/v1", "NetworkPolicy"
@@ -34,7 +35,7 @@ def _port(number: int) -> list[dict[str, Any]]:
 def network_policy(owner: Owner, spec: LLMDeploymentSpec, operator_namespace: str) -> dict[str, Any]:
     """Inference traffic from anywhere; the admin port, when there is one, from the operator only."""
     ingress: list[dict[str, Any]] = [{"ports": _port(spec.engine.port)}]  # no `from`: every source
-    if spec.engine.admin_credential_secret:
+    if admin_secret(spec, owner.name):
         operator = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}},
                     "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)}}  # fmt: skip
         ingress.append({"from": [operator], "ports": _port(spec.engine.admin_port)})

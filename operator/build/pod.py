@@ -14,10 +14,11 @@ from typing import Any
 
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
 from llmop.operator.build import writable
-from llmop.operator.build.engine_config import ADMIN_DIR, ADMIN_TOKEN_KEY, CONFIG_DIR, CONFIG_FILE
+from llmop.operator.build.engine_config import ADMIN_DIR, CONFIG_DIR, CONFIG_FILE
 from llmop.operator.build.meta import Owner
 from llmop.operator.build.settings import Settings
 from llmop.operator.build.sources import Sources
+from llmop.operator.build.tenancy import ADMIN_TOKEN_KEY, admin_secret, manifest_mount, manifest_volume
 
 PRESTOP_SECONDS = 5
 GRACE_MARGIN_SECONDS = 10
@@ -37,21 +38,24 @@ def _resources(spec: LLMDeploymentSpec, gpus: int) -> dict[str, Any]:
 @dataclass(frozen=True)
 class AdminListener:
     """The admin API's container port, and its credential Secret as a read-only mount (none
-    without spec.engine.adminCredentialSecret)."""
+    without spec.engine.adminCredentialSecret or spec.tenancy), and with tenancy the adapter manifest."""
 
     ports: tuple[dict[str, Any], ...] = ()
     mounts: tuple[dict[str, Any], ...] = ()
     volumes: tuple[dict[str, Any], ...] = ()
 
     @classmethod
-    def of(cls, spec: LLMDeploymentSpec) -> "AdminListener":
-        secret = spec.engine.admin_credential_secret
+    def of(cls, owner: Owner, spec: LLMDeploymentSpec) -> "AdminListener":
+        secret = admin_secret(spec, owner.name)
         if not secret:
             return cls()
         item = {"key": ADMIN_TOKEN_KEY, "path": ADMIN_TOKEN_KEY}
+        tenants = spec.tenancy is not None
         return cls(({"name": "admin", "containerPort": spec.engine.admin_port, "protocol": "TCP"},),
-                   ({"name": ADMIN_VOLUME, "mountPath": ADMIN_DIR, "readOnly": True},),
-                   ({"name": ADMIN_VOLUME, "secret": {"secretName": secret, "defaultMode": 0o440, "items": [item]}},))
+                   ({"name": ADMIN_VOLUME, "mountPath": ADMIN_DIR, "readOnly": True},
+                    *((manifest_mount(),) if tenants else ())),
+                   ({"name": ADMIN_VOLUME, "secret": {"secretName": secret, "defaultMode": 0o440, "items": [item]}},
+                    *((manifest_volume(owner),) if tenants else ())))
 
 
 def _engine_container(spec: LLMDeploymentSpec, settings: Settings, sources: Sources, gpus: int,
@@ -92,7 +96,7 @@ def engine_pod_template(
     """The Deployment's pod template; `config_hash` in an annotation rolls the pods when the
     engine config changes (and only then: replicas are not part of it)."""
     acc, extra = spec.accelerator, spec.pod_template
-    admin = AdminListener.of(spec)
+    admin = AdminListener.of(owner, spec)
     node_selector = dict(acc.node_selector)
     if acc.product:
         node_selector[GPU_PRODUCT_LABEL] = acc.product

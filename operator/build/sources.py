@@ -103,7 +103,8 @@ def _init_container(name: str, loc: Location, secret: str | None) -> dict[str, A
 
 
 def sources_for(spec: LLMDeploymentSpec, settings: Settings) -> Sources:
-    """Resolve spec.model.source, every adapter source and the draft model's (in that order)."""
+    """Resolve spec.model.source, every adapter source and the draft model's (in that order), and
+    mount spec.tenancy.adapterClaims too (tenants' adapters: the admin API's roots)."""
     secret = spec.model.credentials_secret
     named: list[tuple[str, Location]] = []
     model = None
@@ -126,5 +127,6 @@ def sources_for(spec: LLMDeploymentSpec, settings: Settings) -> Sources:
         if loc.fetch_command:
             fetches.setdefault(loc.fetch_command, (n, loc))  # one download per location
     inits = tuple(_init_container(n, loc, secret) for n, loc in fetches.values())
-    claims = tuple(dict.fromkeys(loc.claim for _, loc in named if loc.claim))
+    tenants = spec.tenancy.adapter_claims if spec.tenancy is not None else []  # LLMAdapters' files
+    claims = tuple(dict.fromkeys([*(loc.claim for _, loc in named if loc.claim), *tenants]))
     return Sources(model, tuple(adapters), inits, claims, draft)

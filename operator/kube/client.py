@@ -25,6 +25,9 @@ from llmop.operator.kube.identity import ObjectKey
 MERGE_PATCH = "application/merge-patch+json"
 PLURALS = {
     "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "Namespace": "namespaces",
+    "LLMAdapter": "llmadapters",
     "Service": "services",
     "Deployment": "deployments",
     "PodDisruptionBudget": "poddisruptionbudgets",
@@ -154,12 +157,34 @@ class Kube:
         """Merge-patch the LLMDeployment's status subresource (the operator never writes spec).
         `as_field_manager`: managedFields name this Kube's field manager (the autoscaler's
         status.autoscaling); otherwise the server names the client library (the reconciler's)."""
+        return self.patch_status_of(ObjectKey(f"{GROUP}/{VERSION}", KIND, namespace, name), status, as_field_manager)
+
+    def patch_status_of(self, key: ObjectKey, status: dict[str, Any], as_field_manager: bool = False) -> dict[str, Any]:
+        """Merge-patch the status subresource of any of the operator's custom resources."""
         query = [("fieldManager", self.field_manager)] if as_field_manager else []
-        return self._call("PATCH", _llmdeployment_path(namespace, name) + "/status", {"status": status}, query,
-                          MERGE_PATCH)
+        path = object_path(key.api_version, key.kind, key.namespace, key.name) + "/status"
+        return self._call("PATCH", path, {"status": status}, query, MERGE_PATCH)
+
+    def list_all(self, api_version: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every object of a namespaced kind, in all namespaces (None) or one."""
+        if namespace is not None:
+            path = object_path(api_version, kind, namespace)
+        else:
+            path = ("/api/v1" if api_version == "v1" else f"/apis/{api_version}") + f"/{PLURALS[kind]}"
+        return self._call("GET", path).get("items", [])
+
+    def namespace_labels(self, name: str) -> dict[str, str] | None:
+        """A namespace's labels (None when it does not exist)."""
+        try:
+            return (self._call("GET", f"/api/v1/namespaces/{name}").get("metadata") or {}).get("labels") or {}
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
 
     def event(self, body: dict[str, Any], type_: EventType, reason: str, message: str) -> None:
-        """Post a core/v1 Event about the LLMDeployment `body` (`kubectl describe` shows it)."""
+        """Post a core/v1 Event about `body`, an LLMDeployment unless it says its kind
+        (`kubectl describe` shows it)."""
         m = body["metadata"]
         now = rfc3339()
         event = {
@@ -167,8 +192,8 @@ class Kube:
             "kind": "Event",
             "metadata": {"generateName": f"{m['name']}.", "namespace": m["namespace"]},
             "involvedObject": {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": KIND,
+                "apiVersion": body.get("apiVersion") or f"{GROUP}/{VERSION}",
+                "kind": body.get("kind") or KIND,
                 "name": m["name"],
                 "namespace": m["namespace"],
                 "uid": m["uid"],

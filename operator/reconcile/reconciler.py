@@ -50,6 +50,7 @@ class Reconciler:
         self._running: set[tuple[str, str]] = set()
         self._pending: set[tuple[str, str]] = set()
         self._deleted: set[ObjectKey] = set()  # turned-off objects this process made sure are gone
+        self._created: set[ObjectKey] = set()  # created-once objects this process made sure exist
 
     def reconcile_named(self, namespace: str, name: str) -> Outcome | None:
         """Reconcile by name (triggers from owned objects); None when the LLMDeployment is gone or a
@@ -109,12 +110,29 @@ class Reconciler:
             new = failed_status(old, err, int(m.get("generation", 1)), rfc3339())
             self._write_status(body, old, new)
             raise
+        for obj in desired.created_once:  # before the pods that mount it
+            self._create_once(obj)
         stored = {ObjectKey.of(o): self.kube.apply(o) for o in desired.objects}
         self._delete(desired.absent, applied=stored.keys())
         engine = stored[desired.engine]
         new = healthy_status(old, desired, engine, rfc3339(), self._trouble(desired, engine))
         written = self._write_status(body, old, new)
         return Outcome(len(stored), written)
+
+    def _create_once(self, obj: dict[str, Any]) -> None:
+        """Create `obj` unless this process saw it exist (a 409: another writer made it first)."""
+        key = ObjectKey.of(obj)
+        with self._guard:
+            if key in self._created:
+                return
+        if self.kube.get(key) is None:
+            try:
+                self.kube.create(obj)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+        with self._guard:
+            self._created.add(key)
 
     def _delete(self, absent: tuple[ObjectKey, ...], applied: Iterable[ObjectKey]) -> None:
         """Delete the objects the spec turned off, once each per process (the first reconcile after

@@ -5,26 +5,30 @@ from pydantic import ValidationError
 
 from llmop.operator import crdgen
 from llmop.operator.api import LLMDeploymentSpec
-from llmop.operator.crd.manifest import build_crd
+from llmop.operator.crd.manifest import build_adapter_crd, build_crd
 from llmop.operator.crd.openapi import walk
 
 CRD = build_crd()
 VERSION = CRD["spec"]["versions"][0]
 SCHEMA = VERSION["schema"]["openAPIV3Schema"]
+ADAPTER_SCHEMA = build_adapter_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+BOTH = pytest.mark.parametrize("schema", [SCHEMA, ADAPTER_SCHEMA], ids=["llmdeployment", "llmadapter"])
 
 
 def test_committed_yaml_is_not_stale():
     assert crdgen.stale() == [], "run `make crds`"
 
 
-def test_every_field_has_a_description():
+@BOTH
+def test_every_field_has_a_description(schema):
     # metadata is the API server's own: it refuses anything but `type: object` there (v1.36).
-    missing = [p for p, node in walk(SCHEMA) if "description" not in node and not p.endswith("[]")]
+    missing = [p for p, node in walk(schema) if "description" not in node and not p.endswith("[]")]
     assert missing == [".metadata"], missing
 
 
-def test_structural_no_forbidden_keywords():
-    for path, node in walk(SCHEMA):
+@BOTH
+def test_structural_no_forbidden_keywords(schema):
+    for path, node in walk(schema):
         assert not {"$ref", "title", "const", "anyOf", "oneOf", "allOf"} & set(node), path
         assert node.get("type") != "null", path
         assert "type" in node or node.get("x-kubernetes-int-or-string") or node.get(
@@ -51,7 +55,7 @@ def test_subresources_printer_columns_names():
     assert VERSION["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
     assert "status" in VERSION["subresources"]
     names = [c["name"] for c in VERSION["additionalPrinterColumns"]]
-    assert names == ["Model", "TP", "Available", "Desired", "Queue-Wait", "Adapters", "Ready", "Age"]
+    assert names == ["Model", "TP", "Available", "Desired", "Queue-Wait", "Adapters", "Tenant-Adapters", "Ready", "Age"]
     assert CRD["spec"]["names"]["shortNames"] == ["llmd"]
 
 

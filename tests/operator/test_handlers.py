@@ -21,9 +21,18 @@ class RecordingReconciler:
         self.calls.append(("reconcile_named", namespace, name))
 
 
+class RecordingPlacer:
+    def __init__(self):
+        self.calls = []
+
+    def place(self, namespace, name):
+        self.calls.append((namespace, name))
+
+
 def operator(namespaced=False):
     kube = Kube(object())
-    return Operator(kube, RecordingReconciler(), Autoscaler.beside(kube), namespaced)
+    namespaces = ("ml",) if namespaced else ()
+    return Operator(kube, RecordingReconciler(), Autoscaler.beside(kube), RecordingPlacer(), namespaces)
 
 
 def test_handlers_reconcile_through_the_memo():
@@ -37,6 +46,17 @@ def test_handlers_reconcile_through_the_memo():
     handlers._engine_pod_changed(body=pod, memo=memo)
     assert op.reconciler.calls == [("reconcile", "chat"), ("reconcile_named", "ml", "chat"),
                                    ("reconcile_named", "ml", "chat")]
+    # Adapter placement: after the base's reconcile, and for an adapter's base (not on status-only changes).
+    adapter = {"metadata": {"namespace": "team-a", "name": "sum", "generation": 2},
+               "spec": {"baseRef": {"name": "chat", "namespace": "ml"}}, "status": {"observedGeneration": 1}}
+    handlers._adapter_changed(body=adapter, memo=memo, type="MODIFIED")
+    handlers._adapter_changed(body=adapter | {"status": {"observedGeneration": 2}}, memo=memo, type="MODIFIED")
+    handlers._adapter_changed(body=adapter | {"status": {"observedGeneration": 2}}, memo=memo, type="DELETED")
+    handlers._adapter_changed(body={"metadata": {"namespace": "team-b", "name": "x"}, "spec": {
+        "baseRef": {"name": "other"}}}, memo=memo, type=None)
+    handlers._base_deleted(body={"metadata": {"namespace": "ml", "name": "chat"}}, memo=memo, type="MODIFIED")
+    handlers._base_deleted(body={"metadata": {"namespace": "ml", "name": "chat"}}, memo=memo, type="DELETED")
+    assert op.placer.calls == [("ml", "chat"), ("ml", "chat"), ("ml", "chat"), ("team-b", "other"), ("ml", "chat")]
 
 
 def test_startup_turns_scanning_off_only_when_namespaced():
@@ -71,4 +91,5 @@ def test_llmop_operator_hands_kopf_one_operator_object(monkeypatch):
     op = runs[0]["memo"].operator
     assert op.namespaced and runs[0]["namespaces"] == ["ml"] and not runs[0]["clusterwide"]
     assert op.reconciler.kube is op.kube and op.autoscaler.events is op.kube
-    assert op.kube.api is api and op.autoscaler.kube.api is api
+    assert op.kube.api is api and op.autoscaler.kube.api is api and op.placer.kube.api is api
+    assert op.placer.namespaces == ("ml",)

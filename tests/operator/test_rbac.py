@@ -4,14 +4,16 @@ operator uses, derived here from what the code does rather than read off the rul
 What the operator's own code asks for: `llmop operator` is started (`cli.run`) over a recording API
 client (`kube_fakes.RecordingApi`, under the real `Kube`), and its kopf handlers and autoscaler daemon
 are driven through create, spec update, owned-object and pod changes, the NetworkPolicy turned off, a
-spec error, HPA on and off, a scale-up, and deletion, with leader election on (its Lease created,
-then released on shutdown); every recorded request becomes (apiGroup, resource, verb) the way the
+spec error, HPA on and off, a scale-up, tenancy with an LLMAdapter placed on the ready pods (whose
+admin ports refuse connections), and deletion, with leader election on (its Lease created, then
+released on shutdown); every recorded request becomes (apiGroup, resource, verb) the way the
 API server authorizes it. What kopf asks for is read off its registry (the resources handlers.py and
 the autoscaler declare) and the settings `handlers.configure` leaves and `cli.run` passes to kopf.
 """
 
 import argparse
 import asyncio
+import base64
 import copy
 import logging
 
@@ -31,6 +33,10 @@ from kopf_fakes import OneTick
 APPLY = "application/apply-patch+yaml"
 NS, NAME = "ml", "chat"
 CR = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/{PLURAL}/{NAME}"
+TENANT = "team-a"
+ADAPTER = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LLMAdapter",
+           "metadata": {"name": "sum", "namespace": TENANT, "uid": "a", "generation": 1},
+           "spec": {"baseRef": {"name": NAME, "namespace": NS}, "source": "pvc://adapters/sum"}}  # fmt: skip
 SPEC = {"replicas": 2, "model": {"source": "hf://meta-llama/Meta-Llama-3-70B-Instruct"}}
 
 
@@ -46,10 +52,19 @@ class ApiServer:
         self.ready = False
         self.gone = False
         self.lease = None
+        self.secret = None
 
     def answer(self, verb, path, query, body):
         if "/leases" in path:
             return self._lease(verb, body)
+        if "/secrets" in path:
+            return self._secret(verb, body)
+        if path.endswith("/llmadapters") and verb == "GET":
+            return 200, {"items": [copy.deepcopy(ADAPTER)]}
+        if "/llmadapters/" in path and path.endswith("/status"):
+            return 200, copy.deepcopy(ADAPTER)
+        if path.startswith("/api/v1/namespaces/") and path.count("/") == 4 and verb == "GET":
+            return 200, {"metadata": {"name": path.rsplit("/", 1)[1], "labels": {"tenant": "yes"}}}
         if path.startswith(CR):
             return self._llmdeployment(verb, path[len(CR):], body)
         if path.endswith("/pods") and verb == "GET":
@@ -80,6 +95,14 @@ class ApiServer:
             self.body["status"] = {**self.body["status"], **body["status"]}
         return 200, copy.deepcopy(self.body)
 
+    def _secret(self, verb, body):
+        if verb == "POST":
+            self.secret = {"metadata": body["metadata"], "data": {
+                k: base64.b64encode(v.encode()).decode() for k, v in body["stringData"].items()}}
+        if self.secret is None:
+            return 404, {"reason": "NotFound"}
+        return 200, copy.deepcopy(self.secret)
+
     def _lease(self, verb, body):
         if verb in ("POST", "PUT"):
             self.lease = copy.deepcopy(body)
@@ -91,7 +114,7 @@ class ApiServer:
     def _pod(self, i):
         meta = {"name": f"{NAME}-{i}", "namespace": NS, "labels": {"app.kubernetes.io/instance": NAME}}
         if self.ready:
-            return {"metadata": meta, "status": {"phase": "Running", "podIP": f"10.0.0.{i + 1}",
+            return {"metadata": meta, "status": {"phase": "Running", "podIP": f"127.0.0.{i + 1}",
                                                  "conditions": [{"type": "Ready", "status": "True"}]}}
         return {"metadata": meta, "status": {"phase": "Pending", "conditions": [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]}}
@@ -127,6 +150,13 @@ def drive(memo, server):
     body["spec"] |= {"replicas": 3, "adapters": [{"name": "sql", "source": "s3://bucket/sql"}]}
     body["metadata"]["generation"] = 2
     handlers.reconcile_llmdeployment(body=copy.deepcopy(body), memo=memo)  # spec update: rolled out
+    # Tenancy: the admin Secret created, the adapter placed on the ready pods (port 9: refused).
+    body["spec"] |= {"tenancy": {"namespaceSelector": {"matchLabels": {"tenant": "yes"}}, "adapterClaims": ["adapters"]},
+                     "engine": {"adminPort": 9}}  # fmt: skip
+    body["metadata"]["generation"] = 3
+    handlers.reconcile_llmdeployment(body=copy.deepcopy(body), memo=memo)
+    handlers._adapter_changed(body=copy.deepcopy(ADAPTER), memo=memo, type="ADDED")
+    handlers.place_adapters(body=copy.deepcopy(body), memo=memo)
     owned = {"metadata": {"namespace": NS, "ownerReferences": [
         {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LLMDeployment", "name": NAME}]}}
     handlers._owned_changed(body=owned, memo=memo)

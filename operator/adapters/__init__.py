@@ -1,0 +1,1 @@
+"""Tenants' LoRA adapters (`LLMAdapter`) on shared base models: grants, binding, placement on pods."""

@@ -1,0 +1,113 @@
+"""Binding: is an LLMAdapter allowed on its base, and where do the base's pods find its files?
+
+Pure: (adapter, base spec or None, the adapter namespace's labels) in, a `Binding` out. A bound
+adapter becomes a manifest entry (`ManifestEntry`): the model id clients send and the path inside
+the engine pods. Every refusal has an enum reason and a message a tenant can act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from llmop.operator.adapters.grants import granted
+from llmop.operator.api.llmadapter import LLMAdapterSpec, model_id
+from llmop.operator.api.llmdeployment import LLMDeploymentSpec
+from llmop.operator.build.sources import PVC_DIR
+
+
+class BindReason(StrEnum):
+    """Why an adapter is (not) bound to its base: the Bound condition's reason."""
+
+    GRANTED = "Granted"
+    INVALID_SPEC = "InvalidSpec"
+    BASE_NOT_FOUND = "BaseNotFound"
+    TENANCY_DISABLED = "TenancyDisabled"
+    NOT_GRANTED = "NotGranted"
+    UNSUPPORTED_SOURCE = "UnsupportedSource"
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One adapter as the engine pods load it (the engine's `AdapterSource`)."""
+
+    name: str
+    source: str
+    pinned: bool = False
+
+    def wire(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "pinned": self.pinned}
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The decision for one LLMAdapter: `entry` is set exactly when it is bound."""
+
+    namespace: str
+    name: str
+    base: tuple[str, str]
+    reason: BindReason
+    message: str
+    entry: ManifestEntry | None = None
+
+    @property
+    def bound(self) -> bool:
+        return self.entry is not None
+
+    @property
+    def model(self) -> str:
+        return model_id(self.namespace, self.name)
+
+
+def base_of(adapter: dict[str, Any]) -> tuple[str, str] | None:
+    """(namespace, name) of the base an adapter body names; None when the spec has no baseRef."""
+    ref = (adapter.get("spec") or {}).get("baseRef") or {}
+    if not ref.get("name"):
+        return None
+    return ref.get("namespace") or adapter["metadata"]["namespace"], ref["name"]
+
+
+def pod_path(spec: LLMDeploymentSpec, source: str) -> str | None:
+    """The path of an adapter source inside the base's engine pods, None when they cannot read it:
+    only pvc://<claim>/<path> on one of the base's spec.tenancy.adapterClaims (mounted read-only)."""
+    scheme, _, rest = source.partition("://")
+    claim, _, sub = rest.partition("/")
+    if scheme != "pvc" or spec.tenancy is None or claim not in spec.tenancy.adapter_claims or not sub.strip("/"):
+        return None
+    return f"{PVC_DIR}/{claim}/{sub.strip('/')}"
+
+
+def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[str, str]) -> Binding:
+    """Decide one adapter's binding; `base` is the parsed spec of the base it names (None: absent),
+    `labels` those of the adapter's namespace (for the base's namespace selector)."""
+    m = adapter["metadata"]
+    ns, name = m["namespace"], m["name"]
+    ref = base_of(adapter) or (ns, "")
+
+    def refuse(reason: BindReason, message: str) -> Binding:
+        return Binding(ns, name, ref, reason, message)
+
+    try:
+        spec = LLMAdapterSpec.model_validate(adapter.get("spec") or {})
+    except ValidationError as err:
+        return refuse(BindReason.INVALID_SPEC, "; ".join(
+            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()))
+    base_ns, base_name = ref
+    where = f"LLMDeployment {base_ns}/{base_name}"
+    if base is None:
+        return refuse(BindReason.BASE_NOT_FOUND, f"{where} does not exist")
+    if base.tenancy is None:
+        return refuse(BindReason.TENANCY_DISABLED, f"{where} takes no LLMAdapters (its spec.tenancy is not set)")
+    if not granted(base_ns, base.tenancy, ns, labels):
+        return refuse(BindReason.NOT_GRANTED, f"{where} does not grant namespace {ns} (spec.tenancy)")
+    path = pod_path(base, spec.source)
+    if path is None:
+        claims = ", ".join(base.tenancy.adapter_claims) or "none"
+        return refuse(BindReason.UNSUPPORTED_SOURCE,
+                      f"the engine pods of {where} read adapters only from pvc://<claim>/<path> on its "
+                      f"spec.tenancy.adapterClaims ({claims}); {spec.source!r} is not one of them")
+    return Binding(ns, name, ref, BindReason.GRANTED, f"bound to {where}",
+                   ManifestEntry(model_id(ns, name), path, spec.pinned))

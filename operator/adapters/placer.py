@@ -1,0 +1,179 @@
+"""Adapter placement: one pass over one base LLMDeployment binds the LLMAdapters that name it,
+writes the adapter manifest its pods load at start-up, loads and unloads adapters on its ready pods
+through their admin API, and writes every adapter's status (and the base's adapter count).
+
+Level-based like the reconciler: every trigger (an LLMAdapter created, changed or deleted, the base
+changed or deleted, the placement timer) runs the same pass, which converges however often it runs.
+Deciding is done by the pure functions of `binding`, `pod_sync` and `status`; this is the I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from llmop.operator.adapters.binding import Binding, ManifestEntry, base_of, bind
+from llmop.operator.adapters.engine_admin import AdminError, EngineAdmin
+from llmop.operator.adapters.pod_sync import AdapterOnPod, sync_plan
+from llmop.operator.adapters.status import adapter_status, base_adapters, changed, transitions
+from llmop.operator.api import llmadapter
+from llmop.operator.api.conditions import is_true
+from llmop.operator.api.llmdeployment import API_VERSION, KIND, LLMDeploymentSpec
+from llmop.operator.api.llmadapter import PodState
+from llmop.operator.api.timestamps import rfc3339
+from llmop.operator.build.desired import SpecError, parse_spec
+from llmop.operator.build.meta import Owner
+from llmop.operator.build.tenancy import ADMIN_TOKEN_KEY, admin_secret, manifest_config_map
+from llmop.operator.kube.client import Kube
+from llmop.operator.kube.identity import ObjectKey
+
+log = logging.getLogger("llmop.operator.adapters")
+FIELD_MANAGER = "llmop-adapters"
+# An engine's answer to a load that retrying the same files cannot change.
+_REFUSED = {400, 403, 422}
+
+Connect = Callable[[str, int, str], EngineAdmin]
+
+
+@dataclass(frozen=True)
+class PlacementOutcome:
+    """What one pass saw and did (for logs and tests)."""
+
+    bound: int
+    pods: int
+    loads: int
+    unloads: int
+
+
+class AdapterPlacer:
+    """Places LLMAdapters on engine pods; one pass per base at a time, from any thread."""
+
+    def __init__(self, kube: Kube, namespaces: tuple[str, ...] = (), connect: Connect = EngineAdmin):
+        self.kube = kube
+        self.namespaces = namespaces  # the operator watches only these (empty: all)
+        self.connect = connect
+        self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+
+    @classmethod
+    def beside(cls, operator_kube: Kube, namespaces: tuple[str, ...] = ()) -> "AdapterPlacer":
+        """A placer over the operator's API client, writing as its own field manager."""
+        return cls(Kube(operator_kube.api, FIELD_MANAGER), namespaces)
+
+    def place(self, namespace: str, name: str) -> PlacementOutcome:
+        """One pass over the base `namespace/name` (which may be gone: its adapters say so)."""
+        with self._locks[(namespace, name)]:
+            return self._place(namespace, name)
+
+    def _place(self, namespace: str, name: str) -> PlacementOutcome:
+        body = self.kube.get(ObjectKey(API_VERSION, KIND, namespace, name))
+        spec = _spec(body)
+        adapters = [a for a in self._adapters() if base_of(a) == (namespace, name)
+                    and not a["metadata"].get("deletionTimestamp")]  # fmt: skip
+        labels = self._labels(namespace, spec, {a["metadata"]["namespace"] for a in adapters})
+        bindings = [bind(a, spec, labels.get(a["metadata"]["namespace"], {})) for a in adapters]
+        desired = {b.entry.name: b.entry for b in bindings if b.entry is not None}
+        pods: dict[str, dict[str, AdapterOnPod]] = {}
+        loads = unloads = 0
+        if body is not None and spec is not None and spec.tenancy is not None:
+            owner = Owner.from_body(body)
+            self.kube.apply(manifest_config_map(owner, [e.wire() for e in desired.values()]))
+            pods, loads, unloads = self._sync_pods(owner, spec, desired)
+        for adapter, binding in zip(adapters, bindings):
+            self._write_status(adapter, binding, pods)
+        if body is not None and spec is not None:
+            old = body.get("status") or {}
+            new = base_adapters(bindings)
+            if changed(old, new):
+                self.kube.patch_status(namespace, name, new, as_field_manager=True)
+        return PlacementOutcome(len(desired), len(pods), loads, unloads)
+
+    def _adapters(self) -> list[dict[str, Any]]:
+        if not self.namespaces:
+            return self.kube.list_all(llmadapter.API_VERSION, llmadapter.KIND)
+        return [a for ns in self.namespaces for a in self.kube.list_all(llmadapter.API_VERSION, llmadapter.KIND, ns)]
+
+    def _labels(self, base_ns: str, spec: LLMDeploymentSpec | None, namespaces: set[str]) -> dict[str, dict[str, str]]:
+        """Labels of the adapters' namespaces, read only when the base grants by label selector (and
+        the operator may read namespaces: not when it watches given namespaces, where a Role cannot
+        grant that and only `tenancy.namespaces` grant)."""
+        if spec is None or spec.tenancy is None or spec.tenancy.namespace_selector is None or self.namespaces:
+            return {}
+        return {ns: self.kube.namespace_labels(ns) or {} for ns in namespaces
+                if ns != base_ns and ns not in spec.tenancy.namespaces}  # fmt: skip
+
+    def _token(self, owner: Owner, spec: LLMDeploymentSpec) -> str | None:
+        secret = self.kube.get(ObjectKey("v1", "Secret", owner.namespace, admin_secret(spec, owner.name) or ""))
+        value = ((secret or {}).get("data") or {}).get(ADMIN_TOKEN_KEY)
+        return base64.b64decode(value).decode().strip() if value else None
+
+    def _sync_pods(self, owner: Owner, spec: LLMDeploymentSpec, desired: dict[str, ManifestEntry],
+                   ) -> tuple[dict[str, dict[str, AdapterOnPod]], int, int]:
+        """Each ready engine pod brought to `desired`; returns every pod's adapter states."""
+        ready = [p for p in self.kube.list_pods(owner.namespace, owner.selector())
+                 if is_true((p.get("status") or {}).get("conditions"), "Ready")
+                 and p["status"].get("podIP") and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+        if not ready:
+            return {}, 0, 0
+        token = self._token(owner, spec)
+        keep = [a.name for a in spec.adapters]
+        out: dict[str, dict[str, AdapterOnPod]] = {}
+        loads = unloads = 0
+        for pod in ready:
+            pod_name = pod["metadata"]["name"]
+            if token is None:
+                out[pod_name] = {n: AdapterOnPod(PodState.LOADING, "the admin credential Secret is not readable yet")
+                                 for n in desired}  # fmt: skip
+                continue
+            admin = self.connect(pod["status"]["podIP"], spec.engine.admin_port, token)
+            out[pod_name], n_load, n_unload = _sync_one(admin, desired, keep, pod_name)
+            loads, unloads = loads + n_load, unloads + n_unload
+        return out, loads, unloads
+
+    def _write_status(self, adapter: dict[str, Any], binding: Binding, pods: dict[str, dict[str, AdapterOnPod]]) -> None:
+        per_pod = {p: states.get(binding.model, AdapterOnPod(PodState.LOADING)) for p, states in pods.items()}
+        old = adapter.get("status") or {}
+        new = adapter_status(old, binding, per_pod, int(adapter["metadata"].get("generation") or 1), rfc3339())
+        if not changed(old, new):
+            return
+        self.kube.patch_status_of(ObjectKey.of(adapter), new, as_field_manager=True)
+        for event in transitions(old, new):
+            self.kube.event(adapter, *event)
+
+
+def _spec(body: dict[str, Any] | None) -> LLMDeploymentSpec | None:
+    """The base's spec, None when it is gone, being deleted or unreadable (its own status says why)."""
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return None
+    try:
+        return parse_spec(body)
+    except SpecError:
+        return None
+
+
+def _sync_one(admin: EngineAdmin, desired: dict[str, ManifestEntry], keep: list[str],
+              pod: str) -> tuple[dict[str, AdapterOnPod], int, int]:
+    """One pod: list, unload, load; the bound adapters' states there after it."""
+    try:
+        plan = sync_plan(desired, admin.list(), keep)
+    except AdminError as err:
+        log.warning("pod %s: cannot list adapters: %s", pod, err)
+        return {n: AdapterOnPod(PodState.LOADING, str(err)) for n in desired}, 0, 0
+    states = dict(plan.states)
+    for name in plan.unload:
+        try:
+            admin.unload(name)
+        except AdminError as err:  # 409 while requests use it: the next pass tries again
+            log.info("pod %s: unload %s deferred: %s", pod, name, err)
+    for entry in plan.load:
+        try:
+            admin.load(entry)
+            states[entry.name] = AdapterOnPod(PodState.LOADED)
+        except AdminError as err:
+            state = PodState.FAILED if err.status in _REFUSED else PodState.LOADING
+            states[entry.name] = AdapterOnPod(state, str(err))
+    return states, len(plan.load), len(plan.unload)

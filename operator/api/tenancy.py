@@ -1,0 +1,58 @@
+"""`spec.tenancy` of an LLMDeployment: which namespaces may bring their own LoRA adapters to it.
+
+Platform teams run one base model for many tenants. A tenant's `LLMAdapter` (in its own namespace)
+binds to a base only when the base grants that namespace: its own namespace always, others by name
+or by a namespace label selector. Absent `tenancy`, the base takes no LLMAdapters at all (its pods
+then have no admin listener for the operator to load them through).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from llmop.operator.api.base import CRDModel, cel
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNSLabel = Annotated[str, StringConstraints(pattern=DNS_LABEL, max_length=63)]
+
+
+class LabelSelectorRequirement(CRDModel):
+    """metav1.LabelSelectorRequirement."""
+
+    key: str = Field(min_length=1, max_length=317, description="The label key.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(description="In, NotIn, Exists or DoesNotExist.")
+    values: list[str] = Field(default_factory=list, description="Values for In and NotIn; empty otherwise.")
+
+
+class LabelSelector(CRDModel):
+    """metav1.LabelSelector: every term must match (an empty selector matches everything)."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict, description="Labels that must all be present.")
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, description="Requirements that must all hold.")
+
+
+class TenancySpec(CRDModel):
+    """Who may attach LoRA adapters (`LLMAdapter`) to this base, and where their files are."""
+
+    model_config = CRDModel.model_config | {"json_schema_extra": cel(
+        ("self.adapterClaims.all(c, self.adapterClaims.exists_one(d, d == c))",
+         "adapterClaims must not repeat a claim", ".adapterClaims"),
+    )}
+
+    namespaces: list[DNSLabel] = Field(
+        default_factory=list, max_length=1000,
+        description="Namespaces granted besides the base's own (which is always granted).",
+    )
+    namespace_selector: LabelSelector | None = Field(
+        None, description="Namespaces whose labels match are granted too (in addition to `namespaces`).")
+    adapter_claims: list[DNSLabel] = Field(
+        default_factory=list, max_length=16,
+        description=(
+            "PersistentVolumeClaims in the base's namespace holding tenants' adapters, mounted read-only in "
+            "every engine pod; an LLMAdapter's source is pvc://<one of these>/<path>. Changing this list "
+            "rolls the engine pods; adding, changing or removing an LLMAdapter does not."
+        ),
+    )

@@ -1,0 +1,130 @@
+"""Tenants' adapters, the pure parts: grants, binding, the per-pod plan and the status it yields."""
+
+import json
+
+import pytest
+
+from llmop.operator.adapters.binding import BindReason, ManifestEntry, bind
+from llmop.operator.adapters.grants import granted, selector_matches
+from llmop.operator.adapters.pod_sync import AdapterOnPod, sync_plan
+from llmop.operator.adapters.status import adapter_status, base_adapters, transitions
+from llmop.operator.api.llmadapter import PodState
+from llmop.operator.api.llmdeployment import LLMDeploymentSpec
+from llmop.operator.api.tenancy import LabelSelector, TenancySpec
+from llmop.operator.build.meta import Owner
+from llmop.operator.build.tenancy import manifest_config_map
+
+NOW = "2026-12-07T00:00:00Z"
+
+
+def adapter(ns="team-a", name="sum", source="pvc://adapters/team-a/sum", base=("ml", "chat"), **spec):
+    return {"metadata": {"namespace": ns, "name": name, "generation": 1},
+            "spec": {"baseRef": {"namespace": base[0], "name": base[1]}, "source": source, **spec}}
+
+
+def base(**tenancy):
+    return LLMDeploymentSpec.model_validate({"tenancy": {"adapterClaims": ["adapters"], **tenancy}})
+
+
+@pytest.mark.parametrize("selector,labels,want", [
+    ({}, {}, True),
+    ({"matchLabels": {"tier": "gold"}}, {"tier": "gold", "x": "y"}, True),
+    ({"matchLabels": {"tier": "gold"}}, {"tier": "silver"}, False),
+    ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold", "silver"]}]}, {"tier": "silver"}, True),
+    ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}]}, {}, False),
+    ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gold"]}]}, {}, True),
+    ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["gold"]}]}, {"tier": "gold"}, False),
+    ({"matchExpressions": [{"key": "llm", "operator": "Exists"}]}, {"llm": ""}, True),
+    ({"matchExpressions": [{"key": "llm", "operator": "DoesNotExist"}]}, {"llm": ""}, False),
+])  # fmt: skip
+def test_label_selector_semantics(selector, labels, want):
+    assert selector_matches(LabelSelector.model_validate(selector), labels) is want
+
+
+def test_grants_own_namespace_listed_namespaces_and_selected_ones():
+    t = TenancySpec.model_validate({"namespaces": ["team-a"], "namespaceSelector": {"matchLabels": {"llm": "yes"}}})
+    assert granted("ml", t, "ml", {}) and granted("ml", t, "team-a", {})
+    assert granted("ml", t, "team-b", {"llm": "yes"}) and not granted("ml", t, "team-b", {"llm": "no"})
+    assert not granted("ml", TenancySpec(), "team-a", {"llm": "yes"})  # default: the base's namespace only
+
+
+def test_bind_grants_and_maps_the_claim_into_the_pods():
+    b = bind(adapter(pinned=True), base(namespaces=["team-a"]), {})
+    assert b.bound and b.reason is BindReason.GRANTED and b.model == "team-a/sum"
+    assert b.entry == ManifestEntry("team-a/sum", "/mnt/pvc/adapters/team-a/sum", True)
+
+
+@pytest.mark.parametrize("spec,doc,reason", [
+    (base(), adapter(), BindReason.NOT_GRANTED),
+    (None, adapter(), BindReason.BASE_NOT_FOUND),
+    (LLMDeploymentSpec(), adapter(), BindReason.TENANCY_DISABLED),
+    (base(namespaces=["team-a"]), adapter(source="hf://org/lora"), BindReason.UNSUPPORTED_SOURCE),
+    (base(namespaces=["team-a"]), adapter(source="pvc://other/x"), BindReason.UNSUPPORTED_SOURCE),
+    (base(namespaces=["team-a"]), adapter(source="pvc://adapters"), BindReason.UNSUPPORTED_SOURCE),
+    (base(namespaces=["team-a"]), adapter(source="relative/path"), BindReason.INVALID_SPEC),
+    (base(namespaces=["team-a"]), adapter(rank=8), BindReason.INVALID_SPEC),
+])  # fmt: skip
+def test_bind_refusals_have_reasons(spec, doc, reason):
+    b = bind(doc, spec, {})
+    assert not b.bound and b.entry is None and b.reason is reason and b.message
+
+
+def test_pod_plan_loads_missing_reloads_changed_unloads_unbound_and_keeps_the_bases_own():
+    want = {"a/x": ManifestEntry("a/x", "/mnt/pvc/c/x"), "a/y": ManifestEntry("a/y", "/mnt/pvc/c/y", True),
+            "a/z": ManifestEntry("a/z", "/mnt/pvc/c/z"), "a/bad": ManifestEntry("a/bad", "/mnt/pvc/c/bad", True)}
+    listing = [
+        {"name": "a/x", "source": "/mnt/pvc/c/x", "state": "resident", "pinned": False},
+        {"name": "a/y", "source": "/mnt/pvc/c/y", "state": "cpu", "pinned": False},  # pinned changed
+        {"name": "a/bad", "source": "/mnt/pvc/c/bad", "state": "failed", "error": "no weights"},  # a start-up failure
+        {"name": "b/gone", "source": "/mnt/pvc/c/gone", "state": "cpu", "pinned": False},
+        {"name": "sql", "source": "/models/s3/sql", "state": "cpu", "pinned": False},
+    ]
+    plan = sync_plan(want, listing, keep=["sql"])
+    assert [e.name for e in plan.load] == ["a/y", "a/z"]
+    assert plan.unload == ("a/y", "b/gone")
+    assert plan.states == {"a/x": AdapterOnPod(PodState.LOADED), "a/y": AdapterOnPod(PodState.LOADING),
+                           "a/z": AdapterOnPod(PodState.LOADING),
+                           "a/bad": AdapterOnPod(PodState.FAILED, "no weights")}  # not retried: reported
+
+
+def _status(binding, pods, old=None):
+    return adapter_status(old or {}, binding, pods, 1, NOW)
+
+
+def test_status_phases_and_conditions():
+    bound = bind(adapter(), base(namespaces=["team-a"]), {})
+    loaded, loading = AdapterOnPod(PodState.LOADED), AdapterOnPod(PodState.LOADING)
+    ready = _status(bound, {"p0": loaded, "p1": loaded})
+    assert ready["phase"] == "Ready" and (ready["readyPods"], ready["desiredPods"]) == (2, 2)
+    assert ready["base"] == "ml/chat" and ready["model"] == "team-a/sum"
+    assert {c["type"]: c["status"] for c in ready["conditions"]} == {"Bound": "True", "Ready": "True"}
+    assert _status(bound, {"p0": loaded, "p1": loading})["phase"] == "Loading"
+    assert _status(bound, {})["phase"] == "Pending"
+    failed = _status(bound, {"p0": loaded, "p1": AdapterOnPod(PodState.FAILED, "rank 4096 > max_lora_rank 64")})
+    assert failed["phase"] == "Failed" and "rank 4096" in failed["conditions"][1]["message"]
+
+    refused = _status(bind(adapter(), base(), {}), {"p0": loaded})
+    assert refused["phase"] == "Pending" and refused["pods"] == [] and refused["readyPods"] == 0
+    assert refused["conditions"][0]["reason"] == "NotGranted"
+    assert _status(bind(adapter(source="s3://b/x"), base(namespaces=["team-a"]), {}), {})["phase"] == "Failed"
+
+
+def test_events_on_binding_and_failures_not_on_progress():
+    bound = bind(adapter(), base(namespaces=["team-a"]), {})
+    refused = _status(bind(adapter(), base(), {}), {})
+    assert [(e[0], e[1]) for e in transitions({}, refused)] == [("Warning", "NotGranted")]
+    loading = _status(bound, {"p0": AdapterOnPod(PodState.LOADING)}, refused)
+    assert [e[1] for e in transitions(refused, loading)] == ["Granted"]
+    ready = _status(bound, {"p0": AdapterOnPod(PodState.LOADED)}, loading)
+    assert [e[1] for e in transitions(loading, ready)] == ["AllPodsLoaded"]
+    assert transitions(ready, _status(bound, {"p0": AdapterOnPod(PodState.LOADED)}, ready)) == []
+
+
+def test_base_counts_and_manifest():
+    bindings = [bind(adapter(name=n), base(namespaces=["team-a"]), {}) for n in ("b", "a")]
+    bindings.append(bind(adapter(ns="team-x"), base(), {}))
+    assert base_adapters(bindings) == {"tenantAdapters": 2, "boundAdapters": ["team-a/a", "team-a/b"]}
+    cm = manifest_config_map(Owner("chat", "ml", "u"), [b.entry.wire() for b in bindings if b.bound])
+    assert cm["metadata"]["name"] == "chat-adapters"
+    doc = json.loads(cm["data"]["adapters.json"])
+    assert [e["name"] for e in doc["adapters"]] == ["team-a/a", "team-a/b"]
