@@ -6,20 +6,53 @@ and the operator imports it to render the engine ConfigMap of every LLMDeploymen
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_DNS_LABEL = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")  # Kubernetes' IsDNS1123Label
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")  # and <= 253
+
+
+def adapter_name_error(name: str) -> str | None:
+    """Why `name` cannot name an adapter (None: it can). Either a plain name (letters, digits, `.`,
+    `_`, `:`, `-`; at most 128 characters) or a tenant's `<namespace>/<name>`: a Kubernetes
+    namespace (DNS-1123 label) and an object name (DNS-1123 subdomain, at most 253 characters).
+    No other slash: a name is also a URL path segment of the admin API and a metric label."""
+    if "/" not in name:
+        if _PLAIN_NAME.fullmatch(name):
+            return None
+        return ("an adapter name starts with a letter or digit and has at most 128 letters, digits, '.', '_', ':' "
+                f"and '-', or is <namespace>/<name>; got {name!r}")
+    namespace, _, obj = name.partition("/")
+    if _DNS_LABEL.fullmatch(namespace) and _DNS_SUBDOMAIN.fullmatch(obj) and len(obj) <= 253:
+        return None
+    return (f"an adapter name with a slash must be <namespace>/<name>: a Kubernetes namespace (DNS-1123 label: "
+            f"lowercase letters, digits and '-', at most 63), one '/', and an object name (DNS-1123 subdomain: "
+            f"lowercase letters, digits, '-' and '.', at most 253); got {name!r}")
 
 
 class AdapterSource(BaseModel):
-    """A LoRA adapter to load at start-up: a name requests select it by, and a PEFT directory."""
+    """A LoRA adapter to load: a name requests select it by, and a PEFT directory."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+    name: str = Field(min_length=1, description="Name requests select the adapter by (the OpenAI `model` field): "
+                      "a plain name, or a tenant's <namespace>/<name>")
     source: str = Field(min_length=1, description="Path to a PEFT adapter directory")
     pinned: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, name: str) -> str:
+        error = adapter_name_error(name)
+        if error is not None:
+            raise PydanticCustomError("adapter_name", "{error}", {"error": error})
+        return name
 
 
 class SpeculativeConfig(BaseModel):
@@ -111,6 +144,10 @@ class EngineConfig(BaseModel):
     max_cpu_loras: int = Field(64, ge=0)
     max_lora_rank: int = Field(64, ge=1)
     adapters: list[AdapterSource] = Field(default_factory=list)
+    adapter_manifest: str | None = Field(
+        None, description="JSON file of the adapters to restore at start-up, before /ready: {\"adapters\": [{name, "
+        "source, pinned}]} (the operator's, from a ConfigMap); each entry is loaded like POST /v1/adapters (inside "
+        "adapter_roots) and one that fails is listed under `failed` in GET /v1/adapters; an absent file: none")
 
     # Server and admission control.
     host: str = "127.0.0.1"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from llmop.engine.lora.registry import AdapterInfo
+from llmop.engine.lora.registry import AdapterConflict, AdapterInfo, AdapterState
 
 
 async def load_adapter(engine, name: str, source: str, pinned: bool = False) -> AdapterInfo:
@@ -28,6 +28,18 @@ async def load_adapter(engine, name: str, source: str, pinned: bool = False) -> 
 async def unload_adapter(engine, name: str) -> None:
     """Unregister; AdapterNotFound if unknown, AdapterConflict while requests use it."""
     await engine.call(lambda e: e.lora.remove(name))
+
+
+async def drop_failed(engine, name: str) -> None:
+    """Unregister `name` if its load failed; kept (FAILED) while requests for it still wait."""
+    def drop(e) -> None:
+        if e.lora.enabled and e.lora.registry.state_of(name) is AdapterState.FAILED:
+            try:
+                e.lora.remove(name)
+            except AdapterConflict:
+                pass
+
+    await engine.call(drop)
 
 
 async def list_adapters(engine) -> list[AdapterInfo]:

@@ -2,11 +2,13 @@
 
 Each router is its own module; a feature adds its routes by adding its router to `ROUTERS` (or
 passing `routers=` for a test). The app owns the engine's background loop: it starts with the
-app's lifespan and stops after the server has drained.
+app's lifespan and stops after the server has drained. The lifespan also starts restoring the
+adapter manifest (`adapter_restore`) as a task: the server answers meanwhile, /ready waits for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Iterable
 
@@ -16,6 +18,7 @@ from llmop.engine.async_engine import AsyncEngine
 from llmop.engine.config import EngineConfig
 from llmop.engine.engine import LLMEngine
 from llmop.engine.server import chat, completions, probes, tokenize
+from llmop.engine.server.adapter_restore import restore_adapters
 from llmop.engine.server.body_limit import BodyLimitMiddleware
 from llmop.engine.server.errors import install_error_handlers
 from llmop.engine.server.state import ServerState
@@ -36,9 +39,13 @@ def create_app(engine: LLMEngine, config: EngineConfig | None = None,
         if not async_engine.is_running:
             async_engine.start()
         state.grammars.warm()  # the grammar vocabulary takes seconds to build: not on the first request
+        restore = asyncio.create_task(restore_adapters(state)) if not state.manifest.restored else None
         try:
             yield
         finally:
+            if restore is not None and not restore.done():
+                restore.cancel()
+                await asyncio.gather(restore, return_exceptions=True)
             async_engine.shutdown()
 
     app = FastAPI(title="llmop engine", version="0.1.0", lifespan=lifespan)

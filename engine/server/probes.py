@@ -1,7 +1,8 @@
 """GET /health (liveness), /ready (readiness), /metrics (Prometheus), /v1/models.
 
 Liveness stays 200 while draining (the process is fine, just leaving); readiness turns 503 as
-soon as a drain starts, so the Service stops routing new requests here.
+soon as a drain starts, so the Service stops routing new requests here. Readiness also waits for
+the adapter manifest's adapters (`adapter_restore`): a restarted pod takes traffic with them back.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ async def health(state: ServerState = Depends(get_state)):
 @router.get("/ready", responses={503: {"description": "Not ready, or draining"}})
 async def ready(state: ServerState = Depends(get_state)):
     if not state.ready:
-        return JSONResponse({"ready": False, "draining": state.draining}, status_code=503)
+        return JSONResponse({"ready": False, "draining": state.draining,
+                             "restoring_adapters": not state.manifest.restored}, status_code=503)
     return {"ready": True}
 
 

@@ -17,6 +17,7 @@ from fastapi import Request
 
 from llmop.engine.async_engine import AsyncEngine
 from llmop.engine.config import EngineConfig
+from llmop.engine.server.adapter_manifest import ManifestStatus
 from llmop.engine.server.credential import AdminCredential
 from llmop.engine.server.errors import APIError
 from llmop.engine.server.lora_metrics import LoraCollector
@@ -70,6 +71,7 @@ class ServerState:
         self.metrics = ServerMetrics(self.model_name, lambda: engine.stats)
         self.metrics.registry.register(LoraCollector(self.model_name, lambda: llm.lora.snapshot))
         self.credential = AdminCredential.from_file(config.admin_token_file) if config.admin_token_file else None
+        self.manifest = ManifestStatus(config.adapter_manifest)  # restored by the app's lifespan
         self.draining = False
         self.num_in_flight = 0  # admitted generation requests not yet fully answered
         self.num_queued = 0  # their engine requests that have not produced a token yet
@@ -104,7 +106,8 @@ class ServerState:
 
     @property
     def ready(self) -> bool:
-        return self.engine.is_running and not self.draining
+        """Running, not draining, and the adapter manifest restored (its failures included)."""
+        return self.engine.is_running and not self.draining and self.manifest.restored
 
     def check_open(self) -> None:
         if self.draining:

@@ -877,6 +877,17 @@ def check_adapter_roots(rendered, serve, adapter_dirs):
     assert r.status_code == 403 and r.json()["error"]["code"] == "source_not_allowed", r.text
 
 
+def check_adapter_manifest(rendered, serve):
+    """None rendered: nothing to restore, so readiness does not wait for adapters, and the admin
+    listing reports no manifest and no start-up failures."""
+    assert rendered.adapter_manifest is None
+    served = serve()
+    with running(served):
+        assert http(served).get("/ready").status_code == 200
+        listing = http(served, 8082, ADMIN_TOKEN).get("/v1/adapters").json()
+    assert (listing["manifest"], listing["failed"]) == (None, [])
+
+
 def check_speculative(engine, rendered, probe):
     """n-gram, 3 tokens, at most 2 running (rendered): on a prompt that repeats itself, some step
     emits several tokens, none more than 1 + 3; with 3 requests running none speculates. The probe

@@ -1,5 +1,8 @@
 """PEFT's own model as reference for the adapters of `adapter_dirs` (tests/conftest.py, made by
-tests/support/lora_adapters.py), and the helpers the LoRA tests share (`lora_kit`)."""
+tests/support/lora_adapters.py), adapters that cannot be served (`bad_adapters`), engines served
+with their admin API (`admin_served`, `lora_server`), and the helpers the LoRA tests share (`lora_kit`)."""
+
+import contextlib
 
 import pytest
 from lora_adapters import ADAPTERS, make_adapter
@@ -98,35 +101,92 @@ def lora_kit():
     """The helpers above, for test modules (`--import-mode=importlib` cannot import a conftest)."""
     import types
 
-    return types.SimpleNamespace(ADAPTERS=ADAPTERS, MODELS=[None, *ADAPTERS], PROMPTS=PROMPTS, NEW_TOKENS=NEW_TOKENS, make_adapter=make_adapter,
-                                 engine_config=engine_config, greedy=greedy, run_to_completion=run_to_completion, slots_of=slots_of,
-                                 peft_greedy=peft_greedy)
+    return types.SimpleNamespace(ADAPTERS=ADAPTERS, MODELS=[None, *ADAPTERS], PROMPTS=PROMPTS, NEW_TOKENS=NEW_TOKENS,
+                                 make_adapter=make_adapter, engine_config=engine_config, greedy=greedy,
+                                 run_to_completion=run_to_completion, slots_of=slots_of, peft_greedy=peft_greedy,
+                                 admin_apps=admin_apps, admin_served=admin_served)
 
 
 ADMIN_TOKEN = "lora-admin-credential-0123456789"
 
 
-@pytest.fixture(scope="module")
-def lora_server(lora_engine, adapter_dirs, tmp_path_factory):
-    """`lora_engine` served on a free port, with its admin API on a second one (`.admin_url`;
-    `.admin` is an httpx client carrying the credential) that loads adapters from the directory
-    holding `adapter_dirs` only (`.adapter_root`)."""
-    import httpx
-
+def admin_apps(engine, token_dir, adapter_roots, **config):
+    """The inference app over `engine` and its admin app, loading adapters from `adapter_roots`;
+    `config` overrides more EngineConfig fields of the server (e.g. adapter_manifest)."""
     from llmop.engine.config import EngineConfig
     from llmop.engine.server.admin_app import create_admin_app
     from llmop.engine.server.app import create_app
+
+    token = token_dir / "token"
+    token.write_text(ADMIN_TOKEN)
+    server_config = EngineConfig.model_validate({**engine.config.model_dump(), "admin_port": 0,
+                                                 "admin_token_file": str(token),
+                                                 "adapter_roots": [str(r) for r in adapter_roots], **config})
+    app = create_app(engine, server_config)
+    return app, create_admin_app(app.state.llmop)
+
+
+@contextlib.contextmanager
+def admin_served(engine, token_dir, adapter_roots, **config):
+    """`admin_apps` served on two free ports (`.url`, `.admin_url`; `.admin` is an httpx client
+    carrying the credential, `.admin_token` the credential)."""
+    import httpx
+
     from llmop.engine.server.runner import BackgroundServer
 
-    token = tmp_path_factory.mktemp("admin") / "token"
-    token.write_text(ADMIN_TOKEN)
-    root = next(iter(adapter_dirs.values())).parent
-    config = EngineConfig.model_validate({**lora_engine.config.model_dump(), "admin_port": 0,
-                                          "admin_token_file": str(token), "adapter_roots": [str(root)]})
-    app = create_app(lora_engine, config)
-    srv = BackgroundServer(app, admin_app=create_admin_app(app.state.llmop)).start()
-    srv.adapter_root, srv.admin_token = root, ADMIN_TOKEN
+    app, admin_app = admin_apps(engine, token_dir, adapter_roots, **config)
+    srv = BackgroundServer(app, admin_app=admin_app).start()
+    srv.admin_token = ADMIN_TOKEN
     srv.admin = httpx.Client(base_url=srv.admin_url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=300)
-    yield srv
-    srv.admin.close()
-    srv.stop()
+    try:
+        yield srv
+    finally:
+        srv.admin.close()
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def lora_server(lora_engine, adapter_dirs, tmp_path_factory):
+    """`lora_engine` served by `admin_served`, loading adapters from the directory holding
+    `adapter_dirs` only (`.adapter_root`)."""
+    root = next(iter(adapter_dirs.values())).parent
+    with admin_served(lora_engine, tmp_path_factory.mktemp("admin"), [root]) as srv:
+        srv.adapter_root = root
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def bad_adapters(hf_checkpoint_dir, adapter_dirs, tmp_path_factory):
+    """Adapters that cannot be served on the embedded model (all in one directory):
+    name -> (directory, expected message fragment)."""
+    import json
+    import shutil
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("bad-adapters")
+    good = adapter_dirs["attn-r8"]
+    out = {}
+
+    corrupt = root / "corrupt"
+    shutil.copytree(good, corrupt)
+    data = (corrupt / "adapter_model.safetensors").read_bytes()
+    (corrupt / "adapter_model.safetensors").write_bytes(data[: len(data) // 2])
+    out["corrupt"] = (corrupt, "cannot read adapter weights")
+
+    tiny_dir = root / "tiny-base"
+    LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=256)).save_pretrained(tiny_dir)
+    out["other-base"] = (make_adapter(tiny_dir, root / "other-base", 8, 8, ["q_proj"], False, 5),
+                         "different base architecture")
+    out["rank-64"] = (make_adapter(hf_checkpoint_dir, root / "rank-64", 64, 64, ["v_proj"], False, 6),
+                      "exceeds max_lora_rank 32")
+    out["lm-head"] = (make_adapter(hf_checkpoint_dir, root / "lm-head", 4, 4, ["lm_head"], False, 7),
+                      "not a LoRA weight of a decoder layer")
+    dora = root / "dora"
+    shutil.copytree(good, dora)
+    cfg = json.loads((dora / "adapter_config.json").read_text())
+    (dora / "adapter_config.json").write_text(json.dumps({**cfg, "use_dora": True}))
+    out["dora"] = (dora, "DoRA")
+    out["missing"] = (root / "nowhere", "is not a directory")
+    return out

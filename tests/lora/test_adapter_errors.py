@@ -1,48 +1,12 @@
-"""Adapters that do not fit fail their load with a message saying why, and disturb nothing else."""
+"""Adapters that do not fit fail their load with a message saying why, and disturb nothing else
+(`bad_adapters`: tests/lora/conftest.py)."""
 
-import json
 import math
-import shutil
 
 import pytest
 
 from llmop.engine.lora.peft_adapter import AdapterError, load_peft_adapter
 from llmop.engine.lora.registry import AdapterState
-
-
-@pytest.fixture(scope="module")
-def bad_adapters(hf_checkpoint_dir, adapter_dirs, tmp_path_factory, lora_kit):
-    """name -> (directory, expected message fragment)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    root = tmp_path_factory.mktemp("bad-adapters")
-    good = adapter_dirs["attn-r8"]
-    out = {}
-
-    corrupt = root / "corrupt"
-    shutil.copytree(good, corrupt)
-    data = (corrupt / "adapter_model.safetensors").read_bytes()
-    (corrupt / "adapter_model.safetensors").write_bytes(data[: len(data) // 2])
-    out["corrupt"] = (corrupt, "cannot read adapter weights")
-
-    tiny_dir = root / "tiny-base"
-    LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                 num_key_value_heads=2, vocab_size=256)).save_pretrained(tiny_dir)
-    out["other-base"] = (lora_kit.make_adapter(tiny_dir, root / "other-base", 8, 8, ["q_proj"], False, 5),
-                         "different base architecture")
-    out["rank-64"] = (lora_kit.make_adapter(hf_checkpoint_dir, root / "rank-64", 64, 64, ["v_proj"], False, 6),
-                      "exceeds max_lora_rank 32")
-    out["lm-head"] = (lora_kit.make_adapter(hf_checkpoint_dir, root / "lm-head", 4, 4, ["lm_head"], False, 7),
-                      "not a LoRA weight of a decoder layer")
-    dora = root / "dora"
-    shutil.copytree(good, dora)
-    cfg = json.loads((dora / "adapter_config.json").read_text())
-    (dora / "adapter_config.json").write_text(json.dumps({**cfg, "use_dora": True}))
-    out["dora"] = (dora, "DoRA")
-    out["missing"] = (root / "nowhere", "is not a directory")
-    del torch
-    return out
 
 
 def test_each_misfit_is_refused_with_its_reason(bad_adapters, lora_engine):
