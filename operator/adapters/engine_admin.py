@@ -55,7 +55,7 @@ class EngineAdmin:
         ones, and the manifest's entries that failed at start-up (as state `failed`)."""
         body = self._call("GET", "/v1/adapters")
         failed = [{"name": f["name"], "source": f.get("source"), "state": "failed", "error": f.get("error", "")}
-                  for f in body.get("failed", [])]  # fmt: skip
+                  for f in body.get("failed", []) if f.get("name")]  # fmt: skip
         return [*body.get("data", []), *failed]
 
     def load(self, entry: ManifestEntry) -> dict[str, Any]:
