@@ -97,8 +97,11 @@ class AdapterSpec(CRDModel):
     name: str = Field(
         min_length=1,
         max_length=128,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
-        description="Name requests select the adapter by (the OpenAI `model` field).",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$",
+        description=(
+            "Name requests select the adapter by (the OpenAI `model` field); no slash: ids of the form "
+            "<namespace>/<name> belong to tenants' LLMAdapters."
+        ),
     )
     source: str = Field(
         pattern=SOURCE_PATTERN,

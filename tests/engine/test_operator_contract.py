@@ -6,14 +6,16 @@ sources)`, an `EngineConfig`); the pod runs `llmop serve --config` on that file.
 the config for a spec of the embedded SmolLM2-135M (9 attention heads, 3 KV heads, 30 layers,
 head_dim 64) that asks for everything the operator decides: tensor parallelism 3, a bfloat16 KV
 cache in blocks of 32 tokens, int8 weights, explicit maxModelLen / maxNumSeqs / maxNumBatchedTokens /
-enablePrefixCaching, n-gram speculation, a drain timeout, a port and an admin listener with its credential Secret. The accelerator is a make-believe 208Mi GPU, so
+enablePrefixCaching, n-gram speculation, a drain timeout, a port, an admin listener with its credential Secret
+and tenancy (a tenants' adapter claim and the adapter manifest). The accelerator is a make-believe 208Mi GPU, so
 sizing leaves a KV budget of about 40 MiB per GPU (the engine allocates it per rank, here on the
 CPU). The spec has no adapter: int8 weights with a LoRA adapter fail the engine's first step (see
 `test_int8_weights_with_an_adapter_generate`), which would take the shared engine down with it.
 
 Only what cannot exist on this host is swapped: `model` (a path inside the pod) becomes the local
-embedded GGUF, each adapter's `source` (none here) a local PEFT directory written here, and
-`admin_token_file` (the mounted Secret) a local file. Every
+embedded GGUF, each adapter's `source` (none here) a local PEFT directory written here,
+`admin_token_file` (the mounted Secret) a local file, the tenants' claim in `adapter_roots` a local
+directory and `adapter_manifest` (the mounted ConfigMap) a local file naming an adapter there. Every
 other field, defaults included (dtype "auto", device "auto", ...), is left as rendered; the file is
 written and read back the way `llmop serve --config` reads it.
 
@@ -66,6 +68,7 @@ from llmop.engine.device_caps import auto_dtype, resolve_device
 from llmop.engine.engine import LLMEngine
 from llmop.engine.executor import WorkerFailed
 from llmop.engine.model_runner import RankInfo
+from llmop.engine.lora import admin
 from llmop.engine.lora.peft_adapter import AdapterError
 from llmop.engine.lora.registry import AdapterConflict, AdapterState
 from llmop.engine.request import FinishReason
@@ -100,7 +103,9 @@ SPEC: dict[str, Any] = {
     "engine": {"maxModelLen": 1024, "maxNumSeqs": 4, "maxNumBatchedTokens": 128, "enablePrefixCaching": False,
                "speculative": {"numTokens": 3, "maxBatchSize": 2}, "port": 8081, "drainTimeoutSeconds": 45,
                "adminCredentialSecret": "chat-admin", "adminPort": 8082},
+    "tenancy": {"namespaces": ["team-a"], "adapterClaims": ["tenant-adapters"]},
 }  # fmt: skip
+TENANT_ROOT = "/mnt/pvc/tenant-adapters"  # the tenants' claim, a local directory here
 ADMIN_TOKEN = "contract-admin-credential-0123456789"  # the Secret's content, in a local file
 
 # Draft-model speculation: the embedded model's first DRAFT_LAYERS layers, on the model's PVC. The
@@ -230,12 +235,25 @@ def admin_token_file(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def config_file(rendered, adapter_dirs, admin_token_file, tmp_path_factory) -> Path:
+def tenant_manifest(tmp_path_factory) -> Path:
+    """The adapter manifest the operator's placement writes, naming a tenant's adapter on the
+    tenants' claim (a local directory standing for TENANT_ROOT)."""
+    claim = tmp_path_factory.mktemp("tenant-claim")
+    make_adapter(claim / "summarizer", 4, 5)
+    manifest = tmp_path_factory.mktemp("etc-llmop-adapters") / "adapters.json"
+    manifest.write_text(json.dumps({"adapters": [{"name": "team-a/summarizer", "source": str(claim / "summarizer")}]}))
+    return manifest
+
+
+@pytest.fixture(scope="module")
+def config_file(rendered, adapter_dirs, admin_token_file, tenant_manifest, tmp_path_factory) -> Path:
     """The rendered file with pod paths swapped for local ones (model, adapter sources, the admin
-    credential), nothing else."""
+    credential, the tenants' claim and the adapter manifest), nothing else."""
+    claim = str(json.loads(tenant_manifest.read_text())["adapters"][0]["source"]).rsplit("/", 1)[0]
     return write_local(
         rendered, tmp_path_factory.mktemp("etc-llmop") / "engine.yaml", model=str(embedded_model_path()),
-        admin_token_file=str(admin_token_file),
+        admin_token_file=str(admin_token_file), adapter_manifest=str(tenant_manifest),
+        adapter_roots=[claim if r == TENANT_ROOT else r for r in rendered.adapter_roots],
         adapters=[a.model_copy(update={"source": str(adapter_dirs[a.name])}) for a in rendered.adapters])
 
 
@@ -869,23 +887,31 @@ def check_admin_token_file(rendered, serve):
 
 
 def check_adapter_roots(rendered, serve, adapter_dirs):
-    """The mounted model volume is the only root: a source elsewhere (a valid adapter here) is a 403."""
-    assert rendered.adapter_roots == ["/mnt/pvc/models"]
+    """The mounted volumes (the model's, the tenants' claim) are the only roots: a source elsewhere
+    (a valid adapter here) is a 403."""
+    assert rendered.adapter_roots == ["/mnt/pvc/models", TENANT_ROOT]
     served = serve()
     with running(served):
         r = http(served, 8082, ADMIN_TOKEN).post("/v1/adapters", json={"name": "x", "source": str(adapter_dirs["b"])})
     assert r.status_code == 403 and r.json()["error"]["code"] == "source_not_allowed", r.text
 
 
-def check_adapter_manifest(rendered, serve):
-    """None rendered: nothing to restore, so readiness does not wait for adapters, and the admin
-    listing reports no manifest and no start-up failures."""
-    assert rendered.adapter_manifest is None
+def check_adapter_manifest(rendered, serve, tenant_manifest):
+    """The mounted manifest ConfigMap: /ready waits until its adapters are restored (the lifespan's
+    task, run here by hand), after which the tenant's adapter is loaded, under its namespaced name."""
+    from llmop.engine.server.adapter_restore import restore_adapters
+
+    assert rendered.adapter_manifest == "/etc/llmop/adapters/adapters.json"
     served = serve()
     with running(served):
+        before = http(served).get("/ready")
+        assert before.status_code == 503 and before.json()["restoring_adapters"], before.text
+        asyncio.run(restore_adapters(served.state))
         assert http(served).get("/ready").status_code == 200
         listing = http(served, 8082, ADMIN_TOKEN).get("/v1/adapters").json()
-    assert (listing["manifest"], listing["failed"]) == (None, [])
+        asyncio.run(admin.unload_adapter(served.state.engine, "team-a/summarizer"))  # the module's engine is shared
+    assert listing["manifest"] == {"path": str(tenant_manifest), "restored": True, "error": None}
+    assert listing["failed"] == [] and [a["name"] for a in listing["data"]] == ["team-a/summarizer"]
 
 
 def check_speculative(engine, rendered, probe):

@@ -128,3 +128,11 @@ def test_base_counts_and_manifest():
     assert cm["metadata"]["name"] == "chat-adapters"
     doc = json.loads(cm["data"]["adapters.json"])
     assert [e["name"] for e in doc["adapters"]] == ["team-a/a", "team-a/b"]
+
+
+def test_the_bases_own_adapters_cannot_take_a_tenants_model_id():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        LLMDeploymentSpec.model_validate({"adapters": [{"name": "team-a/sum", "source": "/models/sum"}]})
+    assert LLMDeploymentSpec.model_validate({"adapters": [{"name": "sql:v2", "source": "/models/sql"}]}).adapters
