@@ -392,7 +392,7 @@ def test_the_operator_renders_what_the_spec_asks(rendered, plan, config):
     others = set(EngineConfig.model_fields) - set(OPERATOR_FIELDS)
     assert rendered.model_dump(include=others) == EngineConfig().model_dump(include=others)
     # The file the engine starts from differs from the rendered one only in the swapped local paths.
-    local = {"model", "adapters", "admin_token_file"}
+    local = {"model", "adapters", "admin_token_file", "adapter_manifest", "adapter_roots"}
     assert config.model_dump(exclude=local) == rendered.model_dump(exclude=local)
     assert [(a.name, a.pinned) for a in config.adapters] == [(a.name, a.pinned) for a in rendered.adapters]
 
