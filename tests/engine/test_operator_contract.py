@@ -520,7 +520,7 @@ def test_a_draft_spec_renders_the_drafts_path_in_the_pod(draft_rendered, draft_p
     assert (spec.method, spec.num_tokens, spec.max_batch_size) == ("draft", 3, 2)
     assert spec.draft_model == f"/mnt/pvc/models/smollm2-first-{DRAFT_LAYERS}-layers"  # the model's claim
     assert spec.draft_kv_cache_memory_bytes is None  # the engine's default: as many blocks as the model's
-    assert draft_rendered.adapter_roots == rendered.adapter_roots == ["/mnt/pvc/models"]
+    assert draft_rendered.adapter_roots == rendered.adapter_roots == ["/mnt/pvc/models", TENANT_ROOT]  # no new claim
     assert draft_rendered.kv_cache_memory_bytes == draft_plan.kv_cache_bytes_per_gpu
     assert draft_plan.tensor_parallel_size == 1 and draft_plan.request.draft.architecture.dtype == "int8"
 
