@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import threading
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +29,7 @@ from llmop.operator.build.meta import Owner
 from llmop.operator.build.tenancy import ADMIN_TOKEN_KEY, admin_secret, manifest_config_map
 from llmop.operator.kube.client import Kube
 from llmop.operator.kube.identity import ObjectKey
+from llmop.operator.reconcile.coalesce import Coalescer
 
 log = logging.getLogger("llmop.operator.adapters")
 FIELD_MANAGER = "llmop-adapters"
@@ -57,17 +56,18 @@ class AdapterPlacer:
         self.kube = kube
         self.namespaces = namespaces  # the operator watches only these (empty: all)
         self.connect = connect
-        self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+        self._passes = Coalescer()
 
     @classmethod
     def beside(cls, operator_kube: Kube, namespaces: tuple[str, ...] = ()) -> "AdapterPlacer":
         """A placer over the operator's API client, writing as its own field manager."""
         return cls(Kube(operator_kube.api, FIELD_MANAGER), namespaces)
 
-    def place(self, namespace: str, name: str) -> PlacementOutcome:
-        """One pass over the base `namespace/name` (which may be gone: its adapters say so)."""
-        with self._locks[(namespace, name)]:
-            return self._place(namespace, name)
+    def place(self, namespace: str, name: str) -> PlacementOutcome | None:
+        """One pass over the base `namespace/name` (which may be gone: its adapters say so); None
+        when a pass over it is under way (that one runs once more: a burst of triggers, such as
+        every adapter's event at start-up, makes one or two passes)."""
+        return self._passes.run((namespace, name), lambda: self._place(namespace, name))
 
     def _place(self, namespace: str, name: str) -> PlacementOutcome:
         body = self.kube.get(ObjectKey(API_VERSION, KIND, namespace, name))

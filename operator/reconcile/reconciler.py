@@ -24,6 +24,7 @@ from llmop.operator.kube.client import EventType, Kube
 from llmop.operator.kube.identity import ObjectKey
 from llmop.operator.api.conditions import get_condition
 from llmop.operator.api.timestamps import rfc3339
+from llmop.operator.reconcile.coalesce import Coalescer
 from llmop.operator.reconcile.pods import PodTrouble, diagnose
 from llmop.operator.reconcile.status import ConditionType, Reason, changed, failed_status, healthy_status
 
@@ -47,33 +48,14 @@ class Reconciler:
         self.settings = settings
         self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
-        self._running: set[tuple[str, str]] = set()
-        self._pending: set[tuple[str, str]] = set()
+        self._coalescer = Coalescer()
         self._deleted: set[ObjectKey] = set()  # turned-off objects this process made sure are gone
         self._created: set[ObjectKey] = set()  # created-once objects this process made sure exist
 
     def reconcile_named(self, namespace: str, name: str) -> Outcome | None:
         """Reconcile by name (triggers from owned objects); None when the LLMDeployment is gone or a
         reconcile of it is already running (that one runs once more afterwards: bursts coalesce)."""
-        key = (namespace, name)
-        with self._guard:
-            if key in self._running:
-                self._pending.add(key)
-                return None
-            self._running.add(key)
-        while True:
-            try:
-                outcome = self._fetch_and_reconcile(namespace, name)
-            except BaseException:
-                with self._guard:
-                    self._running.discard(key)
-                    self._pending.discard(key)
-                raise
-            with self._guard:  # check and release atomically: no trigger is lost in between
-                if key not in self._pending:
-                    self._running.discard(key)
-                    return outcome
-                self._pending.discard(key)
+        return self._coalescer.run((namespace, name), lambda: self._fetch_and_reconcile(namespace, name))
 
     def _fetch_and_reconcile(self, namespace: str, name: str) -> Outcome | None:
         with self._locks[(namespace, name)]:
