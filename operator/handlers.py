@@ -79,8 +79,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 @kopf.on.cleanup()
 def report_requests(logger: logging.Logger, memo: kopf.Memo, **_: Any) -> None:
-    """On shutdown, log how many API requests the reconciler made (the scale benchmark reads it)."""
+    """On shutdown, log how many API requests the reconciler and adapter placement made (the scale
+    benchmarks read them)."""
     logger.info("llmop api requests: %s", json.dumps(dict(memo.operator.kube.requests)))
+    logger.info("llmop adapter placement api requests: %s", json.dumps(dict(memo.operator.placer.kube.requests)))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

@@ -24,6 +24,7 @@ class RecordingReconciler:
 class RecordingPlacer:
     def __init__(self):
         self.calls = []
+        self.kube = Kube(object(), "llmop-adapters")
 
     def place(self, namespace, name):
         self.calls.append((namespace, name))
@@ -70,9 +71,11 @@ def test_shutdown_logs_the_operator_kube_request_counts(caplog):
     op = operator()
     op.kube.requests["PATCH"] += 3
     op.autoscaler.kube.requests["GET"] += 7  # the autoscaler's own, not in the benchmark's count
+    op.placer.kube.requests["GET"] += 2
     with caplog.at_level(logging.INFO):
         handlers.report_requests(logger=logging.getLogger("t"), memo=handlers.kopf_memo(op))
     assert 'llmop api requests: {"PATCH": 3}' in caplog.text
+    assert 'llmop adapter placement api requests: {"GET": 2}' in caplog.text
 
 
 def test_llmop_operator_hands_kopf_one_operator_object(monkeypatch):
