@@ -30,6 +30,7 @@ from llmop.operator.build.meta import ENGINE_NAME, INSTANCE_LABEL, MANAGED_BY
 from llmop.operator.controllers import Operator
 from llmop.operator.reconcile.reconciler import Reconciler
 
+log = logging.getLogger("llmop.operator")
 RESYNC_SECONDS = 300.0
 PLACEMENT_SECONDS = 5.0
 OWNED = [("", "v1", "configmaps"), ("", "v1", "services"), ("apps", "v1", "deployments"),
@@ -91,7 +92,11 @@ def report_requests(logger: logging.Logger, memo: kopf.Memo, **_: Any) -> None:
 def reconcile_llmdeployment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The LLMDeployment appeared, changed, or the operator restarted."""
     _run(_reconciler(memo).reconcile, dict(body))
-    _place(memo, body["metadata"]["namespace"], body["metadata"]["name"])
+    try:  # placement's trouble must not make kopf retry (or fail) the base's own reconcile
+        _place(memo, body["metadata"]["namespace"], body["metadata"]["name"])
+    except (kopf.TemporaryError, kopf.PermanentError) as err:
+        log.warning("adapter placement for %s/%s failed (the placement timer retries): %s",
+                    body["metadata"]["namespace"], body["metadata"]["name"], err)
 
 
 def _place(memo: kopf.Memo, namespace: str, name: str) -> None:

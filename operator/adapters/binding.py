@@ -28,6 +28,7 @@ class BindReason(StrEnum):
     TENANCY_DISABLED = "TenancyDisabled"
     NOT_GRANTED = "NotGranted"
     UNSUPPORTED_SOURCE = "UnsupportedSource"
+    PINNING_NOT_ALLOWED = "PinningNotAllowed"
 
 
 @dataclass(frozen=True)
@@ -72,12 +73,16 @@ def base_of(adapter: dict[str, Any]) -> tuple[str, str] | None:
 
 def pod_path(spec: LLMDeploymentSpec, source: str) -> str | None:
     """The path of an adapter source inside the base's engine pods, None when they cannot read it:
-    only pvc://<claim>/<path> on one of the base's spec.tenancy.adapterClaims (mounted read-only)."""
+    only pvc://<claim>/<path> on one of the base's spec.tenancy.adapterClaims (mounted read-only),
+    with no empty, `.` or `..` segment in <path>."""
     scheme, _, rest = source.partition("://")
     claim, _, sub = rest.partition("/")
-    if scheme != "pvc" or spec.tenancy is None or claim not in spec.tenancy.adapter_claims or not sub.strip("/"):
+    parts = sub.strip("/").split("/")
+    if scheme != "pvc" or spec.tenancy is None or claim not in spec.tenancy.adapter_claims:
         return None
-    return f"{PVC_DIR}/{claim}/{sub.strip('/')}"
+    if any(p in ("", ".", "..") for p in parts):  # no way out of the claim, one spelling per path
+        return None
+    return "/".join([PVC_DIR, claim, *parts])
 
 
 def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[str, str]) -> Binding:
@@ -108,6 +113,11 @@ def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[s
         claims = ", ".join(base.tenancy.adapter_claims) or "none"
         return refuse(BindReason.UNSUPPORTED_SOURCE,
                       f"the engine pods of {where} read adapters only from pvc://<claim>/<path> on its "
-                      f"spec.tenancy.adapterClaims ({claims}); {spec.source!r} is not one of them")
+                      f"spec.tenancy.adapterClaims ({claims}), with no '.', '..' or empty segment in the path; "
+                      f"{spec.source!r} is not one")
+    if spec.pinned and not base.tenancy.allow_pinned:
+        return refuse(BindReason.PINNING_NOT_ALLOWED,
+                      f"{where} does not let tenants pin adapters (spec.tenancy.allowPinned): a pinned adapter "
+                      "holds a device slot every other tenant then waits for")
     return Binding(ns, name, ref, BindReason.GRANTED, f"bound to {where}",
                    ManifestEntry(model_id(ns, name), path, spec.pinned))

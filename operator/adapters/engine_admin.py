@@ -7,10 +7,11 @@ has a timeout so an unresponsive pod cannot hold a placement pass for long. Erro
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmop.operator.adapters.binding import ManifestEntry
@@ -20,11 +21,13 @@ LOAD_TIMEOUT_S = 30.0  # reading an adapter's weights from a volume
 
 
 class AdminError(Exception):
-    """A call failed: `status` is the HTTP status (0: no answer), the message the engine's."""
+    """A call failed: `status` is the HTTP status (0: no usable answer), `code` the engine's error
+    code (its OpenAI error body's `code`), the message the engine's."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, code: str | None = None):
         super().__init__(message)
         self.status = status
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class EngineAdmin:
 
     host: str
     port: int
-    token: str
+    token: str = field(repr=False)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
               timeout: float = LIST_TIMEOUT_S) -> dict[str, Any]:
@@ -44,19 +47,21 @@ class EngineAdmin:
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 raw = resp.read()
+            return json.loads(raw) if raw else {}
         except urllib.error.HTTPError as err:
-            raise AdminError(err.code, _message(err.read())) from None
-        except (urllib.error.URLError, OSError) as err:
-            raise AdminError(0, f"no answer from {self.host}:{self.port}: {getattr(err, 'reason', err)}") from None
-        return json.loads(raw) if raw else {}
+            raise AdminError(err.code, *_error(err.read())) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as err:
+            raise AdminError(0, f"no usable answer from {self.host}:{self.port}: {getattr(err, 'reason', err)}") from None
 
     def list(self) -> list[dict[str, Any]]:
         """Every adapter the engine knows, with its state (and error when failed): the registered
         ones, and the manifest's entries that failed at start-up (as state `failed`)."""
         body = self._call("GET", "/v1/adapters")
+        if not isinstance(body.get("data"), list) or not isinstance(body.get("failed", []), list):
+            raise AdminError(0, f"{self.host}:{self.port} answered GET /v1/adapters with no adapter listing")
         failed = [{"name": f["name"], "source": f.get("source"), "state": "failed", "error": f.get("error", "")}
-                  for f in body.get("failed", []) if f.get("name")]  # fmt: skip
-        return [*body.get("data", []), *failed]
+                  for f in body.get("failed", []) if isinstance(f, dict) and f.get("name")]  # fmt: skip
+        return [a for a in body["data"] if isinstance(a, dict)] + failed
 
     def load(self, entry: ManifestEntry) -> dict[str, Any]:
         return self._call("POST", "/v1/adapters", entry.wire(), LOAD_TIMEOUT_S)
@@ -69,8 +74,10 @@ class EngineAdmin:
                 raise
 
 
-def _message(raw: bytes) -> str:
+def _error(raw: bytes) -> tuple[str, str | None]:
+    """(message, code) of an OpenAI error body; the raw text when it is not one."""
     try:
-        return str(json.loads(raw)["error"]["message"])
+        error = json.loads(raw)["error"]
+        return str(error["message"]), error.get("code")
     except (ValueError, KeyError, TypeError):
-        return raw.decode(errors="replace")[:500]
+        return raw.decode(errors="replace")[:500], None

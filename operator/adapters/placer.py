@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from llmop.operator.adapters.binding import Binding, ManifestEntry, base_of, bind
 from llmop.operator.adapters.engine_admin import AdminError, EngineAdmin
 from llmop.operator.adapters.pod_sync import AdapterOnPod, sync_plan
@@ -33,8 +35,10 @@ from llmop.operator.reconcile.coalesce import Coalescer
 
 log = logging.getLogger("llmop.operator.adapters")
 FIELD_MANAGER = "llmop-adapters"
-# An engine's answer to a load that retrying the same files cannot change.
-_REFUSED = {400, 403, 422}
+# An engine's answer to a load that retrying the same files cannot change: a bad name (400), a
+# conflict such as every slot pinned (409), an unusable adapter (422). A 403 (the source is outside
+# the pod's roots) is a pod on an older template during an adapterClaims rollout: it converges.
+_REFUSED = {400, 409, 422}
 
 Connect = Callable[[str, int, str], EngineAdmin]
 
@@ -57,6 +61,7 @@ class AdapterPlacer:
         self.namespaces = namespaces  # the operator watches only these (empty: all)
         self.connect = connect
         self._passes = Coalescer()
+        self._resolved: dict[str, dict[str, str]] = {}  # pod uid -> {source asked for: source listed}
 
     @classmethod
     def beside(cls, operator_kube: Kube, namespaces: tuple[str, ...] = ()) -> "AdapterPlacer":
@@ -93,9 +98,18 @@ class AdapterPlacer:
         return PlacementOutcome(len(desired), len(pods), loads, unloads)
 
     def _adapters(self) -> list[dict[str, Any]]:
-        if not self.namespaces:
-            return self.kube.list_all(llmadapter.API_VERSION, llmadapter.KIND)
-        return [a for ns in self.namespaces for a in self.kube.list_all(llmadapter.API_VERSION, llmadapter.KIND, ns)]
+        """Every LLMAdapter the operator may see; none when the CRD is not installed (a chart
+        upgrade does not install new CRDs: crds/llmop.dev_llmadapters.yaml must be applied)."""
+        try:
+            if not self.namespaces:
+                return self.kube.list_all(llmadapter.API_VERSION, llmadapter.KIND)
+            return [a for ns in self.namespaces
+                    for a in self.kube.list_all(llmadapter.API_VERSION, llmadapter.KIND, ns)]  # fmt: skip
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            log.warning("the LLMAdapter CRD is not installed: no adapters to place")
+            return []
 
     def _labels(self, base_ns: str, spec: LLMDeploymentSpec | None, namespaces: set[str]) -> dict[str, dict[str, str]]:
         """Labels of the adapters' namespaces, read only when the base grants by label selector (and
@@ -120,7 +134,6 @@ class AdapterPlacer:
         if not ready:
             return {}, 0, 0
         token = self._token(owner, spec)
-        keep = [a.name for a in spec.adapters]
         out: dict[str, dict[str, AdapterOnPod]] = {}
         loads = unloads = 0
         for pod in ready:
@@ -130,8 +143,12 @@ class AdapterPlacer:
                                  for n in desired}  # fmt: skip
                 continue
             admin = self.connect(pod["status"]["podIP"], spec.engine.admin_port, token)
-            out[pod_name], n_load, n_unload = _sync_one(admin, desired, keep, pod_name)
+            resolved = self._resolved.setdefault(pod["metadata"].get("uid", pod_name), {})
+            out[pod_name], n_load, n_unload = _sync_one(admin, desired, resolved, pod_name)
             loads, unloads = loads + n_load, unloads + n_unload
+        live = {p["metadata"].get("uid", p["metadata"]["name"]) for p in ready}
+        for uid in [u for u in self._resolved if u not in live]:  # pods gone or not ready: forget
+            del self._resolved[uid]
         return out, loads, unloads
 
     def _write_status(self, adapter: dict[str, Any], binding: Binding, pods: dict[str, dict[str, AdapterOnPod]]) -> None:
@@ -140,9 +157,14 @@ class AdapterPlacer:
         new = adapter_status(old, binding, per_pod, int(adapter["metadata"].get("generation") or 1), rfc3339())
         if not changed(old, new):
             return
-        self.kube.patch_status_of(ObjectKey.of(adapter), new, as_field_manager=True)
-        for event in transitions(old, new):
-            self.kube.event(adapter, *event)
+        try:  # one adapter's trouble (deleted meanwhile, a refused patch) never stops the others'
+            self.kube.patch_status_of(ObjectKey.of(adapter), new, as_field_manager=True)
+            for event in transitions(old, new):
+                self.kube.event(adapter, *event)
+        except ApiException as err:
+            if err.status != 404:
+                log.warning("status of LLMAdapter %s/%s not written: %s %s", adapter["metadata"]["namespace"],
+                            adapter["metadata"]["name"], err.status, err.reason)
 
 
 def _spec(body: dict[str, Any] | None) -> LLMDeploymentSpec | None:
@@ -155,23 +177,30 @@ def _spec(body: dict[str, Any] | None) -> LLMDeploymentSpec | None:
         return None
 
 
-def _sync_one(admin: EngineAdmin, desired: dict[str, ManifestEntry], keep: list[str],
+def _sync_one(admin: EngineAdmin, desired: dict[str, ManifestEntry], resolved: dict[str, str],
               pod: str) -> tuple[dict[str, AdapterOnPod], int, int]:
-    """One pod: list, unload, load; the bound adapters' states there after it."""
+    """One pod: list, unload, load; the bound adapters' states there after it. `resolved` (this
+    pod's sources as the engine listed them after a load) is updated by the loads."""
     try:
-        plan = sync_plan(desired, admin.list(), keep)
+        plan = sync_plan(desired, admin.list(), resolved)
     except AdminError as err:
         log.warning("pod %s: cannot list adapters: %s", pod, err)
         return {n: AdapterOnPod(PodState.LOADING, str(err)) for n in desired}, 0, 0
     states = dict(plan.states)
+    deferred = set()
     for name in plan.unload:
         try:
             admin.unload(name)
         except AdminError as err:  # 409 while requests use it: the next pass tries again
             log.info("pod %s: unload %s deferred: %s", pod, name, err)
+            deferred.add(name)
     for entry in plan.load:
+        if entry.name in deferred:  # a reload whose old version still serves: not before it is out
+            states[entry.name] = AdapterOnPod(PodState.LOADING, "reload pending: the loaded version is in use")
+            continue
         try:
-            admin.load(entry)
+            listed = admin.load(entry)
+            resolved[entry.source] = str(listed.get("source") or entry.source)
             states[entry.name] = AdapterOnPod(PodState.LOADED)
         except AdminError as err:
             state = PodState.FAILED if err.status in _REFUSED else PodState.LOADING

@@ -1,10 +1,16 @@
 """What to do on one engine pod so it serves exactly the bound adapters: a pure plan from the pod's
 own listing (GET /v1/adapters on its admin listener), and each bound adapter's state there.
 
-The plan loads what is missing, reloads what changed (source or pinned), and unloads what is no
-longer bound, except the adapters the base's own spec loads at start-up (`keep`). A failed load is
-not retried on every pass (a corrupt adapter stays corrupt): it is reported with the engine's
-error, and retried when its spec changes or the pod restarts.
+The plan loads what is missing, reloads what changed (source or pinned), and unloads tenants'
+adapters that are no longer bound. Only tenants' ids (`<namespace>/<name>`, the one form with a
+slash) are ever unloaded: the base's own `spec.adapters` (no slash) and anything else the
+platform loaded stay, old pods keep theirs during a rollout. A failed load is not retried on every
+pass (a corrupt adapter stays corrupt): it is reported with the engine's error, and retried when
+its source changes or the pod restarts.
+
+The engine lists the source it resolved (symlinks followed); `resolved` maps a source the operator
+asked for to what the engine listed after loading it, so a symlinked directory is not reloaded on
+every pass.
 """
 
 from __future__ import annotations
@@ -19,6 +25,11 @@ from llmop.operator.api.llmadapter import PodState
 _ENGINE_STATES = {"loading": PodState.LOADING, "failed": PodState.FAILED}  # cpu, resident, disk: loaded
 
 
+def is_tenant_id(name: str) -> bool:
+    """A model id placement owns: `<namespace>/<name>` (the base's own adapter names have no slash)."""
+    return "/" in name
+
+
 @dataclass(frozen=True)
 class AdapterOnPod:
     state: PodState
@@ -27,7 +38,8 @@ class AdapterOnPod:
 
 @dataclass(frozen=True)
 class PodSync:
-    """Unload `unload` (names), then load `load`; `states` of the bound adapters as listed."""
+    """Unload `unload` (names), then load `load` (a reload only once its unload succeeded);
+    `states` of the bound adapters as listed."""
 
     load: tuple[ManifestEntry, ...] = ()
     unload: tuple[str, ...] = ()
@@ -35,22 +47,26 @@ class PodSync:
 
 
 def sync_plan(desired: Mapping[str, ManifestEntry], listing: Iterable[dict[str, Any]],
-              keep: Iterable[str] = ()) -> PodSync:
-    """The plan for one pod; `listing` is its GET /v1/adapters `data`."""
-    listed = {a["name"]: a for a in listing}
+              resolved: Mapping[str, str] | None = None) -> PodSync:
+    """The plan for one pod; `listing` is its GET /v1/adapters `data` (and start-up failures)."""
+    listed = {a["name"]: a for a in listing if isinstance(a.get("name"), str)}
+    resolved = resolved or {}
     load, unload, states = [], [], {}
     for name, entry in sorted(desired.items()):
         cur = listed.get(name)
-        if cur is not None and (cur.get("source") != entry.source
-                                or (cur.get("state") != "failed" and bool(cur.get("pinned")) != entry.pinned)):
-            unload.append(name)
-            cur = None
+        if cur is not None:
+            same_source = cur.get("source") in (entry.source, resolved.get(entry.source))
+            failed = cur.get("state") == "failed"
+            if not same_source or (not failed and bool(cur.get("pinned")) != entry.pinned):
+                unload.append(name)
+                load.append(entry)
+                states[name] = AdapterOnPod(PodState.LOADING, "reloading: its source or pinned changed")
+                continue
         if cur is None:
             load.append(entry)
             states[name] = AdapterOnPod(PodState.LOADING)
             continue
         state = _ENGINE_STATES.get(cur.get("state", ""), PodState.LOADED)
         states[name] = AdapterOnPod(state, (cur.get("error") or "") if state is PodState.FAILED else "")
-    kept = set(keep)
-    unload += sorted(n for n in listed if n not in desired and n not in kept)
+    unload += sorted(n for n in listed if n not in desired and is_tenant_id(n))
     return PodSync(tuple(load), tuple(unload), states)

@@ -35,6 +35,11 @@ class ReadyReason(StrEnum):
 # A tenant can fix these in its own spec; the others wait on the platform (its base or its grant).
 _TENANT_ERRORS = {BindReason.INVALID_SPEC, BindReason.UNSUPPORTED_SOURCE}
 _QUIET = {ReadyReason.LOADING, ReadyReason.NO_READY_PODS, ReadyReason.NOT_BOUND}
+MESSAGE_CHARS = 1000  # an engine's message can quote a tenant's file: bounded well below the CRD's limits
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
 
 
 def adapter_status(old: dict[str, Any], binding: Binding, pods: Mapping[str, AdapterOnPod], generation: int,
@@ -50,7 +55,7 @@ def adapter_status(old: dict[str, Any], binding: Binding, pods: Mapping[str, Ada
     elif failed:
         pod, err = next(iter(sorted(failed.items())))
         phase, ready, reason = Phase.FAILED, False, ReadyReason.LOAD_FAILED
-        message = f"{len(failed)}/{len(pods)} pods could not load it; {pod}: {err.message}"
+        message = _short(f"{len(failed)}/{len(pods)} pods could not load it; {pod}: {err.message}")
     elif not pods:
         phase, ready, reason, message = Phase.PENDING, False, ReadyReason.NO_READY_PODS, "the base has no ready pods"
     elif loaded == len(pods):
@@ -66,7 +71,7 @@ def adapter_status(old: dict[str, Any], binding: Binding, pods: Mapping[str, Ada
         "model": binding.model,
         "readyPods": loaded if binding.bound else 0,
         "desiredPods": len(pods) if binding.bound else 0,
-        "pods": [{"pod": name, "state": p.state.value, "message": p.message} for name, p in sorted(pods.items())]
+        "pods": [{"pod": name, "state": p.state.value, "message": _short(p.message)} for name, p in sorted(pods.items())]
         if binding.bound else [],
         "conditions": conds,
     }

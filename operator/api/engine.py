@@ -97,10 +97,11 @@ class EngineSpec(CRDModel):
     admin_credential_secret: str | None = Field(
         None, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
         description="Secret (key `token`) holding the engine's admin credential; turns on the adapter admin API on "
-        "adminPort and lets callers presenting it set request priority. Absent: no admin API.")
+        "adminPort and lets callers presenting it set request priority. Absent: no admin API, unless spec.tenancy "
+        "is set (then the operator creates the Secret <name>-admin).")
     admin_port: int = Field(
-        8001, ge=1, le=65535, description="Port of the adapter admin API (with adminCredentialSecret); not in the "
-        "Service.")
+        8001, ge=1, le=65535, description="Port of the adapter admin API (with adminCredentialSecret or spec.tenancy); "
+        "not in the Service.")
     drain_timeout_seconds: int = Field(
         30, ge=0, le=3600, description="On shutdown, in-flight requests may finish for this long."
     )

@@ -67,7 +67,8 @@ class LLMAdapterSpec(CRDModel):
             "status says so)."
         ),
     )
-    pinned: bool = Field(False, description="Keep it resident in a device slot (never evicted by LRU).")
+    pinned: bool = Field(False, description="Keep it resident in a device slot (never evicted by LRU); only "
+                         "where the base allows it (spec.tenancy.allowPinned).")
 
 
 class PodAdapterStatus(CRDModel):

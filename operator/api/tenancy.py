@@ -48,6 +48,9 @@ class TenancySpec(CRDModel):
     )
     namespace_selector: LabelSelector | None = Field(
         None, description="Namespaces whose labels match are granted too (in addition to `namespaces`).")
+    allow_pinned: bool = Field(
+        False, description="Let tenants pin adapters (LLMAdapter spec.pinned): each pinned one holds a device "
+        "slot (engine max_loras) for good. Off: a pinned LLMAdapter is refused (Bound=False, PinningNotAllowed).")
     adapter_claims: list[DNSLabel] = Field(
         default_factory=list, max_length=16,
         description=(

@@ -19,6 +19,7 @@ class SpecReason(StrEnum):
 
     INVALID_SPEC = "InvalidSpec"  # the operator cannot read it (e.g. written under an older CRD)
     INVALID_ENGINE_CONFIG = "InvalidEngineConfig"  # the engine's own schema rejects the config
+    ADMIN_SECRET_CONFLICT = "AdminSecretConflict"  # <name>-admin exists and is not the operator's
 
 
 class SpecError(ValueError):

@@ -88,6 +88,8 @@ def build_crd() -> dict[str, Any]:
 
 def build_adapter_crd() -> dict[str, Any]:
     """The CustomResourceDefinition of LLMAdapter."""
-    return _crd(llmadapter.KIND, llmadapter.PLURAL, llmadapter.SINGULAR, llmadapter.SHORT_NAMES,
-                "A tenant's LoRA adapter, served by the engine pods of a base LLMDeployment that grants its namespace.",
-                llmadapter.LLMAdapterSpec, llmadapter.LLMAdapterStatus, ADAPTER_PRINTER_COLUMNS, {"status": {}})
+    crd = _crd(llmadapter.KIND, llmadapter.PLURAL, llmadapter.SINGULAR, llmadapter.SHORT_NAMES,
+               "A tenant's LoRA adapter, served by the engine pods of a base LLMDeployment that grants its namespace.",
+               llmadapter.LLMAdapterSpec, llmadapter.LLMAdapterStatus, ADAPTER_PRINTER_COLUMNS, {"status": {}})
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["required"] = ["spec"]  # baseRef and source
+    return crd

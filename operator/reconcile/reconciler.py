@@ -18,7 +18,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from llmop.operator.api.llmdeployment import KIND
 from llmop.operator.build.desired import SpecError, desired_state
+from llmop.operator.build.errors import SpecCondition, SpecReason
+from llmop.operator.build.meta import Owner
 from llmop.operator.build.settings import Settings
 from llmop.operator.kube.client import EventType, Kube
 from llmop.operator.kube.identity import ObjectKey
@@ -50,7 +53,6 @@ class Reconciler:
         self._guard = threading.Lock()
         self._coalescer = Coalescer()
         self._deleted: set[ObjectKey] = set()  # turned-off objects this process made sure are gone
-        self._created: set[ObjectKey] = set()  # created-once objects this process made sure exist
 
     def reconcile_named(self, namespace: str, name: str) -> Outcome | None:
         """Reconcile by name (triggers from owned objects); None when the LLMDeployment is gone or a
@@ -88,12 +90,12 @@ class Reconciler:
         m, old = body["metadata"], body.get("status") or {}
         try:
             desired = desired_state(body, self.settings)
+            for obj in desired.created_once:  # before the pods that mount it
+                self._create_once(obj, desired.owner)
         except SpecError as err:
             new = failed_status(old, err, int(m.get("generation", 1)), rfc3339())
             self._write_status(body, old, new)
             raise
-        for obj in desired.created_once:  # before the pods that mount it
-            self._create_once(obj)
         stored = {ObjectKey.of(o): self.kube.apply(o) for o in desired.objects}
         self._delete(desired.absent, applied=stored.keys())
         engine = stored[desired.engine]
@@ -101,20 +103,29 @@ class Reconciler:
         written = self._write_status(body, old, new)
         return Outcome(len(stored), written)
 
-    def _create_once(self, obj: dict[str, Any]) -> None:
-        """Create `obj` unless this process saw it exist (a 409: another writer made it first)."""
+    def _create_once(self, obj: dict[str, Any], owner: Owner) -> None:
+        """Create `obj` when absent (read on every reconcile: it may have been deleted); one that
+        exists must be this LLMDeployment's. One left by a deleted LLMDeployment of the same name is
+        the garbage collector's to remove (retried meanwhile); anyone else's is a spec error, never
+        adopted (its content would become the engines' credential)."""
         key = ObjectKey.of(obj)
-        with self._guard:
-            if key in self._created:
-                return
-        if self.kube.get(key) is None:
+        stored = self.kube.get(key)
+        if stored is None:
             try:
                 self.kube.create(obj)
             except ApiException as err:
-                if err.status != 409:
+                if err.status != 409:  # made meanwhile: the next reconcile checks whose it is
                     raise
-        with self._guard:
-            self._created.add(key)
+            return
+        refs = stored["metadata"].get("ownerReferences") or []
+        if any(r.get("uid") == owner.uid for r in refs):
+            return
+        if any(r.get("kind") == KIND and r.get("name") == owner.name for r in refs):
+            raise ApiException(status=409, reason=f"{key} belongs to a deleted {KIND} of the same name: waiting "
+                                                   "for the garbage collector to remove it")
+        raise SpecError(SpecCondition.DEGRADED, SpecReason.ADMIN_SECRET_CONFLICT,
+                        f"Secret {key.name} exists and is not this LLMDeployment's: name it in "
+                        "spec.engine.adminCredentialSecret (key `token`), or delete it so the operator makes its own")
 
     def _delete(self, absent: tuple[ObjectKey, ...], applied: Iterable[ObjectKey]) -> None:
         """Delete the objects the spec turned off, once each per process (the first reconcile after

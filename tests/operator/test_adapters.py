@@ -49,9 +49,11 @@ def test_grants_own_namespace_listed_namespaces_and_selected_ones():
 
 
 def test_bind_grants_and_maps_the_claim_into_the_pods():
-    b = bind(adapter(pinned=True), base(namespaces=["team-a"]), {})
+    b = bind(adapter(pinned=True), base(namespaces=["team-a"], allowPinned=True), {})
     assert b.bound and b.reason is BindReason.GRANTED and b.model == "team-a/sum"
     assert b.entry == ManifestEntry("team-a/sum", "/mnt/pvc/adapters/team-a/sum", True)
+    assert bind(adapter(source="pvc://adapters/team-a/sum/"), base(namespaces=["team-a"]), {}).entry.source == (
+        "/mnt/pvc/adapters/team-a/sum")
 
 
 @pytest.mark.parametrize("spec,doc,reason", [
@@ -61,6 +63,10 @@ def test_bind_grants_and_maps_the_claim_into_the_pods():
     (base(namespaces=["team-a"]), adapter(source="hf://org/lora"), BindReason.UNSUPPORTED_SOURCE),
     (base(namespaces=["team-a"]), adapter(source="pvc://other/x"), BindReason.UNSUPPORTED_SOURCE),
     (base(namespaces=["team-a"]), adapter(source="pvc://adapters"), BindReason.UNSUPPORTED_SOURCE),
+    (base(namespaces=["team-a"]), adapter(source="pvc://adapters/../models/llama"), BindReason.UNSUPPORTED_SOURCE),
+    (base(namespaces=["team-a"]), adapter(source="pvc://adapters/a/./b"), BindReason.UNSUPPORTED_SOURCE),
+    (base(namespaces=["team-a"]), adapter(source="pvc://adapters/a//b"), BindReason.UNSUPPORTED_SOURCE),
+    (base(namespaces=["team-a"]), adapter(pinned=True), BindReason.PINNING_NOT_ALLOWED),
     (base(namespaces=["team-a"]), adapter(source="relative/path"), BindReason.INVALID_SPEC),
     (base(namespaces=["team-a"]), adapter(rank=8), BindReason.INVALID_SPEC),
 ])  # fmt: skip
@@ -69,7 +75,7 @@ def test_bind_refusals_have_reasons(spec, doc, reason):
     assert not b.bound and b.entry is None and b.reason is reason and b.message
 
 
-def test_pod_plan_loads_missing_reloads_changed_unloads_unbound_and_keeps_the_bases_own():
+def test_pod_plan_loads_missing_reloads_changed_unloads_unbound_tenant_ids_only():
     want = {"a/x": ManifestEntry("a/x", "/mnt/pvc/c/x"), "a/y": ManifestEntry("a/y", "/mnt/pvc/c/y", True),
             "a/z": ManifestEntry("a/z", "/mnt/pvc/c/z"), "a/bad": ManifestEntry("a/bad", "/mnt/pvc/c/bad", True)}
     listing = [
@@ -79,12 +85,20 @@ def test_pod_plan_loads_missing_reloads_changed_unloads_unbound_and_keeps_the_ba
         {"name": "b/gone", "source": "/mnt/pvc/c/gone", "state": "cpu", "pinned": False},
         {"name": "sql", "source": "/models/s3/sql", "state": "cpu", "pinned": False},
     ]
-    plan = sync_plan(want, listing, keep=["sql"])
+    plan = sync_plan(want, listing)
     assert [e.name for e in plan.load] == ["a/y", "a/z"]
-    assert plan.unload == ("a/y", "b/gone")
-    assert plan.states == {"a/x": AdapterOnPod(PodState.LOADED), "a/y": AdapterOnPod(PodState.LOADING),
-                           "a/z": AdapterOnPod(PodState.LOADING),
-                           "a/bad": AdapterOnPod(PodState.FAILED, "no weights")}  # not retried: reported
+    assert plan.unload == ("a/y", "b/gone")  # "sql" (the base's own, or loaded by hand) is not placement's
+    assert plan.states["a/x"] == AdapterOnPod(PodState.LOADED) and plan.states["a/z"] == AdapterOnPod(PodState.LOADING)
+    assert plan.states["a/y"].state is PodState.LOADING
+    assert plan.states["a/bad"] == AdapterOnPod(PodState.FAILED, "no weights")  # not retried: reported
+
+
+def test_pod_plan_knows_the_engines_resolved_source_of_what_it_loaded():
+    want = {"a/x": ManifestEntry("a/x", "/mnt/pvc/c/latest")}
+    listing = [{"name": "a/x", "source": "/mnt/pvc/c/v3", "state": "cpu", "pinned": False}]  # latest -> v3
+    assert sync_plan(want, listing).unload == ("a/x",)  # unknown to this process: reloaded once
+    settled = sync_plan(want, listing, {"/mnt/pvc/c/latest": "/mnt/pvc/c/v3"})
+    assert settled.load == () and settled.unload == () and settled.states["a/x"].state is PodState.LOADED
 
 
 def _status(binding, pods, old=None):
@@ -136,3 +150,45 @@ def test_the_bases_own_adapters_cannot_take_a_tenants_model_id():
     with pytest.raises(ValidationError):
         LLMDeploymentSpec.model_validate({"adapters": [{"name": "team-a/sum", "source": "/models/sum"}]})
     assert LLMDeploymentSpec.model_validate({"adapters": [{"name": "sql:v2", "source": "/models/sql"}]}).adapters
+
+
+class RecordingAdmin:
+    """An engine's admin API as placement sees it: a listing, and answers chosen per call."""
+
+    def __init__(self, listing, unload_error=None, load_errors=None):
+        self.listing, self.unload_error, self.load_errors, self.calls = listing, unload_error, load_errors or {}, []
+
+    def list(self):
+        return self.listing
+
+    def unload(self, name):
+        self.calls.append(("unload", name))
+        if self.unload_error:
+            raise self.unload_error
+
+    def load(self, entry):
+        self.calls.append(("load", entry.name))
+        if entry.name in self.load_errors:
+            raise self.load_errors[entry.name]
+        return {"name": entry.name, "source": entry.source.replace("latest", "v3"), "state": "cpu"}
+
+
+def test_a_pod_pass_reloads_only_after_the_unload_and_reports_refusals():
+    from llmop.operator.adapters.engine_admin import AdminError
+    from llmop.operator.adapters.placer import _sync_one
+
+    want = {"a/x": ManifestEntry("a/x", "/mnt/pvc/c/x", pinned=True), "a/new": ManifestEntry("a/new", "/mnt/pvc/c/latest"),
+            "a/full": ManifestEntry("a/full", "/mnt/pvc/c/f"), "a/old": ManifestEntry("a/old", "/mnt/pvc/c/o")}
+    listing = [{"name": "a/x", "source": "/mnt/pvc/c/x", "state": "resident", "pinned": False}]
+    in_use = RecordingAdmin(listing, unload_error=AdminError(409, "in use"), load_errors={
+        "a/full": AdminError(409, "all 4 LoRA slots are pinned"), "a/old": AdminError(403, "outside the roots")})
+    resolved = {}
+    states, loads, unloads = _sync_one(in_use, want, resolved, "p0")
+    assert ("load", "a/x") not in in_use.calls  # its old version still serves: not unloaded, not reloaded
+    assert states["a/x"].state is PodState.LOADING and "pending" in states["a/x"].message
+    assert states["a/new"] == AdapterOnPod(PodState.LOADED) and resolved == {"/mnt/pvc/c/latest": "/mnt/pvc/c/v3"}
+    assert states["a/full"].state is PodState.FAILED  # a conflict the same files cannot resolve
+    assert states["a/old"].state is PodState.LOADING  # a pod on the template before the claim was mounted
+    free = RecordingAdmin(listing)
+    states, _, _ = _sync_one(free, {"a/x": want["a/x"]}, {}, "p0")
+    assert free.calls == [("unload", "a/x"), ("load", "a/x")] and states["a/x"].state is PodState.LOADED
