@@ -104,11 +104,16 @@ def _place(memo: kopf.Memo, namespace: str, name: str) -> None:
     _run(memo.operator.placer.place, namespace, name)
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
-def _base_deleted(body: kopf.Body, memo: kopf.Memo, type: str | None = None, **_: Any) -> None:
+def _deleted(type: str | None = None, **_: Any) -> bool:
+    return type == "DELETED"
+
+
+# The filters are `when=` conditions, not early returns: kopf logs every handler it runs at INFO,
+# and an operator at rest must log nothing (tests/operator_cluster/test_autoscaler_logs.py).
+@kopf.on.event(GROUP, VERSION, PLURAL, when=_deleted)
+def _base_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """A base is gone: its adapters say so (BaseNotFound)."""
-    if type == "DELETED":
-        _place(memo, body["metadata"]["namespace"], body["metadata"]["name"])
+    _place(memo, body["metadata"]["namespace"], body["metadata"]["name"])
 
 
 def _has_tenancy(spec: kopf.Spec, **_: Any) -> bool:
@@ -122,13 +127,15 @@ def place_adapters(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _place(memo, body["metadata"]["namespace"], body["metadata"]["name"])
 
 
-@kopf.on.event(GROUP, VERSION, llmadapter.PLURAL)
-def _adapter_changed(body: kopf.Body, memo: kopf.Memo, type: str | None = None, **_: Any) -> None:
-    """An LLMAdapter appeared, changed its spec or was deleted: place its base's adapters
-    (status-only changes, the placer's own writes, are skipped)."""
+def _adapter_news(body: kopf.Body, type: str | None = None, **_: Any) -> bool:
+    """Not a status-only change (the placer's own writes)."""
     m, status = body.get("metadata", {}), body.get("status") or {}
-    if type == "MODIFIED" and status.get("observedGeneration") == m.get("generation"):
-        return
+    return not (type == "MODIFIED" and status.get("observedGeneration") == m.get("generation"))
+
+
+@kopf.on.event(GROUP, VERSION, llmadapter.PLURAL, when=_adapter_news)
+def _adapter_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """An LLMAdapter appeared, changed its spec or was deleted: place its base's adapters."""
     base = base_of(dict(body))
     if base is not None:
         _place(memo, *base)

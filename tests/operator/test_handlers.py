@@ -50,14 +50,16 @@ def test_handlers_reconcile_through_the_memo():
     # Adapter placement: after the base's reconcile, and for an adapter's base (not on status-only changes).
     adapter = {"metadata": {"namespace": "team-a", "name": "sum", "generation": 2},
                "spec": {"baseRef": {"name": "chat", "namespace": "ml"}}, "status": {"observedGeneration": 1}}
+    settled = adapter | {"status": {"observedGeneration": 2}}
+    assert handlers._adapter_news(body=adapter, type="MODIFIED")
+    assert not handlers._adapter_news(body=settled, type="MODIFIED")  # the placer's own status write
+    assert handlers._adapter_news(body=settled, type="DELETED") and handlers._adapter_news(body=settled, type=None)
+    assert handlers._deleted(type="DELETED") and not handlers._deleted(type="MODIFIED")
     handlers._adapter_changed(body=adapter, memo=memo, type="MODIFIED")
-    handlers._adapter_changed(body=adapter | {"status": {"observedGeneration": 2}}, memo=memo, type="MODIFIED")
-    handlers._adapter_changed(body=adapter | {"status": {"observedGeneration": 2}}, memo=memo, type="DELETED")
     handlers._adapter_changed(body={"metadata": {"namespace": "team-b", "name": "x"}, "spec": {
         "baseRef": {"name": "other"}}}, memo=memo, type=None)
-    handlers._base_deleted(body={"metadata": {"namespace": "ml", "name": "chat"}}, memo=memo, type="MODIFIED")
     handlers._base_deleted(body={"metadata": {"namespace": "ml", "name": "chat"}}, memo=memo, type="DELETED")
-    assert op.placer.calls == [("ml", "chat"), ("ml", "chat"), ("ml", "chat"), ("team-b", "other"), ("ml", "chat")]
+    assert op.placer.calls == [("ml", "chat"), ("ml", "chat"), ("team-b", "other"), ("ml", "chat")]
 
 
 def test_startup_turns_scanning_off_only_when_namespaced():
