@@ -179,6 +179,11 @@ class BlockManager:
         self._num_registered[request_id] = len(prefix)
         self.grow(request_id, num_tokens)
 
+    def has_uncached_blocks(self, request_id: str, num_computed_tokens: int) -> bool:
+        """Has `request_id` computed a full block it has not offered to the cache yet? O(1), so a
+        step whose requests filled no block (most decode steps) costs no hashing and no table walk."""
+        return self.enable_caching and num_computed_tokens // self.block_size > self._num_registered.get(request_id, 0)
+
     def cache_full_blocks(self, request_id: str, block_hashes: Sequence[bytes], num_computed_tokens: int) -> None:
         """Offer the request's full, computed blocks to the cache (each block once)."""
         if not self.enable_caching:

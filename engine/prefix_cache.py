@@ -122,7 +122,7 @@ class PrefixCache:
     def computed(self, req: Request) -> list[Request]:
         """After a step advanced `req`: cache its newly full blocks; returns the followers its
         now-computed prompt releases."""
-        if self.hasher is not None:
+        if self.hasher is not None and self.blocks.has_uncached_blocks(req.request_id, req.num_computed_tokens):
             self.blocks.cache_full_blocks(req.request_id, self.block_hashes(req), req.num_computed_tokens)
         if req.num_computed_tokens >= req.num_prompt_tokens and req.request_id in self._parked:
             return self.release(req)

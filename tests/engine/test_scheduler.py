@@ -1,6 +1,8 @@
 """Scheduling policy without a model: budgets, admission, chunked prefill, priority, preemption,
 prefix-cache admission and n > 1 choices sharing a prompt."""
 
+import random
+
 import pytest
 
 from llmop.engine.block_hash import BlockHasher
@@ -169,3 +171,43 @@ def test_followers_of_an_aborted_leader_are_released_and_use_the_cache():
     s.finish(followers[0], "abort")
     s.finish(followers[1], "abort")  # parked or waiting, a follower ends cleanly
     assert not s.has_work() and s.blocks.pool.num_free == s.blocks.pool.num_blocks
+
+
+def drive(s, prompts, max_tokens) -> list[tuple[tuple[int, int, int], ...]]:
+    """Run `prompts` to their end (`max_tokens` each, in order); every step's plan as (prompt index,
+    start, tokens) per chunk."""
+    reqs = [Request(f"{p[0]}-{i}", p, SamplingParams(max_tokens=m))
+            for i, (p, m) in enumerate(zip(prompts, max_tokens))]
+    index = {r.request_id: i for i, r in enumerate(reqs)}
+    for r in reqs:
+        s.add(r)
+    plan = []
+    while s.has_work():
+        out = run_step(s)
+        assert not out.preempted
+        plan.append(tuple((index[c.request.request_id], c.start, c.num_tokens) for c in out.chunks))
+        for r in {c.request for c in out.chunks}:
+            if len(r.output_token_ids) == r.params.max_tokens:
+                s.finish(r, "length")
+    return plan
+
+
+def test_nothing_in_common_is_planned_as_without_caching():
+    """With nothing shared, caching changes no step: the same chunks, decodes and admissions as with
+    caching off, even beside blocks other requests left cached. Every full block computed, prompt
+    or output, ends up cached (the bookkeeping skips only steps that filled no block)."""
+    rng = random.Random(16)
+    prompts = [[rng.randrange(1000, 9000) for _ in range(rng.randint(3, 30))] for _ in range(10)]
+    lengths = [rng.randint(1, 12) for _ in prompts]
+    warm = [[500 + i] * 10 for i in range(3)]
+    plans = {}
+    for caching in (True, False):
+        s = make(num_blocks=256, block_size=4, max_num_seqs=4, budget=16, caching=caching)
+        drive(s, warm, [6] * 3)  # the cache now holds other requests' blocks
+        plans[caching] = drive(s, prompts, lengths)
+        assert s.prefix.hits == 0
+        # each request computed its prompt and all outputs but the last: those tokens' full blocks
+        want = sum((len(p) + n - 1) // 4 for p, n in zip(warm + prompts, [6] * 3 + lengths)) if caching else 0
+        assert len(s.blocks.pool.cached) == want
+    assert plans[True] == plans[False]
+    assert any(len(step) > 1 and any(n > 1 for _, _, n in step) for step in plans[True])  # prefills beside decodes
