@@ -16,7 +16,7 @@
 
     .venv/bin/python -P bench/prefix_cache.py [--dtype float32] [--threads 2] [--questions 64]
         [--rounds 3] [--engine-check] [--model HF_DIR] [--attention-backend auto|torch|triton]
-        [--kv-bytes N] [--out bench/results/prefix_cache.json]
+        [--kv-bytes N] [--parts hit-rate,system-prompt,no-common-prefix] [--out bench/results/prefix_cache.json]
 """
 
 from __future__ import annotations
@@ -179,6 +179,8 @@ def main() -> None:
     ap.add_argument("--attention-backend", default="auto")
     ap.add_argument("--kv-bytes", type=int, default=1 << 30)
     ap.add_argument("--skip-model", action="store_true", help="only the hit-rate simulation")
+    ap.add_argument("--parts", default="hit-rate,system-prompt,no-common-prefix",
+                    help="comma-separated subset of hit-rate, system-prompt, no-common-prefix")
     ap.add_argument("--out", default="bench/results/prefix_cache.json")
     args = ap.parse_args()
     import torch
@@ -188,13 +190,20 @@ def main() -> None:
     result: dict = {"dtype": args.dtype, "threads": args.threads, "model": args.model or "embedded SmolLM2-135M",
                     "device": "cuda" if torch.cuda.is_available() else "cpu"}
 
+    parts = set(args.parts.split(","))
+    unknown = parts - {"hit-rate", "system-prompt", "no-common-prefix"}
+    if unknown:
+        ap.error(f"unknown parts: {sorted(unknown)}")
+    if args.skip_model:
+        parts &= {"hit-rate"}
     prompts = hit_rate_workload()
-    t0 = time.monotonic()
-    result["hit_rate"] = {"bounded": simulate(prompts, 500), "unbounded": simulate(prompts, 200_000)}
-    result["hit_rate"]["simulation_s"] = time.monotonic() - t0
-    print(json.dumps(result["hit_rate"], indent=1), flush=True)
+    if "hit-rate" in parts:
+        t0 = time.monotonic()
+        result["hit_rate"] = {"bounded": simulate(prompts, 500), "unbounded": simulate(prompts, 200_000)}
+        result["hit_rate"]["simulation_s"] = time.monotonic() - t0
+        print(json.dumps(result["hit_rate"], indent=1), flush=True)
 
-    if not args.skip_model:
+    if parts & {"system-prompt", "no-common-prefix"}:
         on = engine(True, args.dtype, kv_cache_memory_bytes=args.kv_bytes)
         off = engine(False, args.dtype, kv_cache_memory_bytes=args.kv_bytes)
         warm = list(range(100, 164))
@@ -202,12 +211,14 @@ def main() -> None:
 
         for eng in (on, off):
             drive(eng, [(warm, SamplingParams(max_tokens=4, temperature=0.0))], "warm")
-        result["shared_system_prompt"] = shared_system_prompt(on, off, args.questions, args.system_tokens)
-        print(json.dumps(result["shared_system_prompt"], indent=1), flush=True)
-        result["no_common_prefix"] = no_common_prefix(on, off, args.rounds, args.random_requests)
-        print(json.dumps(result["no_common_prefix"], indent=1), flush=True)
+        if "system-prompt" in parts:
+            result["shared_system_prompt"] = shared_system_prompt(on, off, args.questions, args.system_tokens)
+            print(json.dumps(result["shared_system_prompt"], indent=1), flush=True)
+        if "no-common-prefix" in parts:
+            result["no_common_prefix"] = no_common_prefix(on, off, args.rounds, args.random_requests)
+            print(json.dumps(result["no_common_prefix"], indent=1), flush=True)
         del on, off
-        if args.engine_check:
+        if args.engine_check and "hit-rate" in parts:
             result["hit_rate"]["engine_bounded"] = engine_hit_rate(prompts, 500, args.dtype)
             print(json.dumps(result["hit_rate"]["engine_bounded"], indent=1), flush=True)
 

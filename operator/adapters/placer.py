@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from llmop.operator.adapters import retries
 from llmop.operator.adapters.binding import Binding, ManifestEntry, base_of, bind
 from llmop.operator.adapters.engine_admin import AdminError, EngineAdmin
 from llmop.operator.adapters.pod_sync import AdapterOnPod, sync_plan
@@ -56,12 +58,14 @@ class PlacementOutcome:
 class AdapterPlacer:
     """Places LLMAdapters on engine pods; one pass per base at a time, from any thread."""
 
-    def __init__(self, kube: Kube, namespaces: tuple[str, ...] = (), connect: Connect = EngineAdmin):
+    def __init__(self, kube: Kube, namespaces: tuple[str, ...] = (), connect: Connect = EngineAdmin,
+                 clock: Callable[[], float] = time.monotonic):
         self.kube = kube
         self.namespaces = namespaces  # the operator watches only these (empty: all)
         self.connect = connect
         self._passes = Coalescer()
-        self._resolved: dict[str, dict[str, str]] = {}  # pod uid -> {source asked for: source listed}
+        self._pods: dict[str, _PodMemory] = {}  # by pod uid
+        self.clock = clock
 
     @classmethod
     def beside(cls, operator_kube: Kube, namespaces: tuple[str, ...] = ()) -> "AdapterPlacer":
@@ -143,12 +147,16 @@ class AdapterPlacer:
                                  for n in desired}  # fmt: skip
                 continue
             admin = self.connect(pod["status"]["podIP"], spec.engine.admin_port, token)
-            resolved = self._resolved.setdefault(pod["metadata"].get("uid", pod_name), {})
-            out[pod_name], n_load, n_unload = _sync_one(admin, desired, resolved, pod_name)
-            loads, unloads = loads + n_load, unloads + n_unload
+            memory = self._pods.setdefault(pod["metadata"].get("uid", pod_name), _PodMemory())
+            now = self.clock()
+            states, tried, n_unload = _sync_one(admin, desired, memory.resolved, pod_name,
+                                                retries.held(memory.failures, desired, now))
+            memory.failures = retries.after_pass(memory.failures, desired, states, tried, now)
+            out[pod_name] = {**states, **{n: f.report() for n, f in memory.failures.items() if n in tried}}
+            loads, unloads = loads + len(tried), unloads + n_unload
         live = {p["metadata"].get("uid", p["metadata"]["name"]) for p in ready}
-        for uid in [u for u in self._resolved if u not in live]:  # pods gone or not ready: forget
-            del self._resolved[uid]
+        for uid in [u for u in self._pods if u not in live]:  # pods gone or not ready: forget
+            del self._pods[uid]
         return out, loads, unloads
 
     def _write_status(self, adapter: dict[str, Any], binding: Binding, pods: dict[str, dict[str, AdapterOnPod]]) -> None:
@@ -177,17 +185,18 @@ def _spec(body: dict[str, Any] | None) -> LLMDeploymentSpec | None:
         return None
 
 
-def _sync_one(admin: EngineAdmin, desired: dict[str, ManifestEntry], resolved: dict[str, str],
-              pod: str) -> tuple[dict[str, AdapterOnPod], int, int]:
-    """One pod: list, unload, load; the bound adapters' states there after it. `resolved` (this
-    pod's sources as the engine listed them after a load) is updated by the loads."""
+def _sync_one(admin: EngineAdmin, desired: dict[str, ManifestEntry], resolved: dict[str, str], pod: str,
+              held: dict[str, AdapterOnPod] | None = None) -> tuple[dict[str, AdapterOnPod], set[str], int]:
+    """One pod: list, unload, load (not `held` ones); the bound adapters' states there after it,
+    the names it tried to load, and how many it unloaded. `resolved` (this pod's sources as the
+    engine listed them after a load) is updated by the loads."""
     try:
-        plan = sync_plan(desired, admin.list(), resolved)
+        plan = sync_plan(desired, admin.list(), resolved, held)
     except AdminError as err:
         log.warning("pod %s: cannot list adapters: %s", pod, err)
-        return {n: AdapterOnPod(PodState.LOADING, str(err)) for n in desired}, 0, 0
+        return {n: AdapterOnPod(PodState.LOADING, str(err)) for n in desired}, set(), 0
     states = dict(plan.states)
-    deferred = set()
+    deferred, tried = set(), set()
     for name in plan.unload:
         try:
             admin.unload(name)
@@ -198,6 +207,7 @@ def _sync_one(admin: EngineAdmin, desired: dict[str, ManifestEntry], resolved: d
         if entry.name in deferred:  # a reload whose old version still serves: not before it is out
             states[entry.name] = AdapterOnPod(PodState.LOADING, "reload pending: the loaded version is in use")
             continue
+        tried.add(entry.name)
         try:
             listed = admin.load(entry)
             resolved[entry.source] = str(listed.get("source") or entry.source)
@@ -205,4 +215,12 @@ def _sync_one(admin: EngineAdmin, desired: dict[str, ManifestEntry], resolved: d
         except AdminError as err:
             state = PodState.FAILED if err.status in _REFUSED else PodState.LOADING
             states[entry.name] = AdapterOnPod(state, str(err))
-    return states, len(plan.load), len(plan.unload)
+    return states, tried, len(plan.unload)
+
+
+@dataclass
+class _PodMemory:
+    """What placement remembers of one pod between passes."""
+
+    resolved: dict[str, str] = field(default_factory=dict)  # source asked for -> source the engine listed
+    failures: retries.FailureBook = field(default_factory=dict)

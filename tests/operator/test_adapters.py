@@ -86,11 +86,40 @@ def test_pod_plan_loads_missing_reloads_changed_unloads_unbound_tenant_ids_only(
         {"name": "sql", "source": "/models/s3/sql", "state": "cpu", "pinned": False},
     ]
     plan = sync_plan(want, listing)
-    assert [e.name for e in plan.load] == ["a/y", "a/z"]
-    assert plan.unload == ("a/y", "b/gone")  # "sql" (the base's own, or loaded by hand) is not placement's
+    assert [e.name for e in plan.load] == ["a/bad", "a/y", "a/z"]  # a failure with no backoff held: retried
+    assert plan.unload == ("a/bad", "a/y", "b/gone")  # "sql" (the base's own, or loaded by hand) is not placement's
     assert plan.states["a/x"] == AdapterOnPod(PodState.LOADED) and plan.states["a/z"] == AdapterOnPod(PodState.LOADING)
     assert plan.states["a/y"].state is PodState.LOADING
-    assert plan.states["a/bad"] == AdapterOnPod(PodState.FAILED, "no weights")  # not retried: reported
+    waiting = AdapterOnPod(PodState.FAILED, "no weights (failed 1x)")
+    held = sync_plan(want, listing, held={"a/bad": waiting, "a/x": waiting})
+    assert [e.name for e in held.load] == ["a/y", "a/z"] and "a/bad" not in held.unload
+    assert held.states["a/bad"] == waiting  # reported as it failed, untouched until its backoff is over
+    assert held.states["a/x"] == AdapterOnPod(PodState.LOADED)  # listed as loaded: a hold does not hide it
+
+
+def test_failed_loads_are_retried_with_backoff_until_one_works():
+    from llmop.operator.adapters import retries
+
+    entry = ManifestEntry("a/x", "/mnt/pvc/c/x")
+    want = {"a/x": entry}
+    failed = {"a/x": AdapterOnPod(PodState.FAILED, "no weights")}
+    book = retries.after_pass({}, want, failed, {"a/x"}, now=100.0)
+    assert book["a/x"].failures == 1
+    assert "a/x" in retries.held(book, want, 109.0) and retries.held(book, want, 110.0) == {}
+    assert "no weights" in retries.held(book, want, 109.0)["a/x"].message
+    untried = retries.after_pass(book, want, retries.held(book, want, 105.0), set(), now=105.0)
+    assert untried == book  # held passes do not count as failures
+    for n, t in enumerate([110.0, 130.0, 170.0, 250.0], start=2):  # 10, 20, 40, 80 s apart
+        assert retries.held(book, want, t) == {}
+        book = retries.after_pass(book, want, failed, {"a/x"}, now=t)
+        assert book["a/x"].failures == n and "a/x" in retries.held(book, want, t + 1)
+    assert [retries.backoff_s(n) for n in (1, 2, 7, 8, 30)] == [10, 20, 600, 600, 600]
+    moved = {"a/x": ManifestEntry("a/x", "/mnt/pvc/c/x2")}
+    assert retries.held(book, moved, 251.0) == {}  # a new source is tried at once
+    assert retries.after_pass(book, moved, failed, {"a/x"}, now=251.0)["a/x"].failures == 1
+    loaded = {"a/x": AdapterOnPod(PodState.LOADED)}
+    assert retries.after_pass(book, want, loaded, {"a/x"}, now=900.0) == {}  # a load that works forgets
+    assert retries.after_pass(book, {}, failed, set(), now=900.0) == {}  # unbound: forgotten
 
 
 def test_pod_plan_knows_the_engines_resolved_source_of_what_it_loaded():
@@ -183,7 +212,8 @@ def test_a_pod_pass_reloads_only_after_the_unload_and_reports_refusals():
     in_use = RecordingAdmin(listing, unload_error=AdminError(409, "in use"), load_errors={
         "a/full": AdminError(409, "all 4 LoRA slots are pinned"), "a/old": AdminError(403, "outside the roots")})
     resolved = {}
-    states, loads, unloads = _sync_one(in_use, want, resolved, "p0")
+    states, tried, unloads = _sync_one(in_use, want, resolved, "p0")
+    assert tried == {"a/new", "a/full", "a/old"} and unloads == 1
     assert ("load", "a/x") not in in_use.calls  # its old version still serves: not unloaded, not reloaded
     assert states["a/x"].state is PodState.LOADING and "pending" in states["a/x"].message
     assert states["a/new"] == AdapterOnPod(PodState.LOADED) and resolved == {"/mnt/pvc/c/latest": "/mnt/pvc/c/v3"}

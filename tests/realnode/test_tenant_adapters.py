@@ -4,7 +4,8 @@ A base LLMDeployment in one namespace grants a tenant namespace and mounts a cla
 PersistentVolume on the real node) holding PEFT adapters made from the embedded model. The tenant's
 LLMAdapter is loaded into the running pod through its admin API (no restart) and answers as
 `<namespace>/<name>`; an ungranted namespace's adapter stays NotGranted and its model id is a 404; a
-corrupt adapter fails with the engine's reason while the rest keeps serving; a replacement pod serves
+corrupt adapter fails with the engine's reason while the rest keeps serving, and loads on a retry once
+its files are fixed; a replacement pod serves
 the adapter as soon as it is Ready; revoking the grant unloads it.
 """
 
@@ -124,6 +125,11 @@ def test_tenant_adapters_load_into_running_pods_and_follow_grants(k8s_cluster, r
     assert broken["status"]["pods"][0]["state"] == "Failed" and broken["status"]["pods"][0]["message"]
     assert _complete(url, f"{tenant}/summarizer").json()["choices"][0]["text"] == tuned.json()["choices"][0]["text"]
     assert _complete(url, "smollm2-135m").status_code == 200
+    # Fixed on the volume, with no change to the LLMAdapter: the backoff's next retry loads it.
+    good = adapter_volume / "team" / "summarizer" / "adapter_model.safetensors"
+    shutil.copy(good, adapter_volume / "team" / "broken" / "adapter_model.safetensors")
+    healed = _phase(k8s_cluster, tenant, "broken", "Ready")["status"]
+    assert healed["pods"][0]["state"] == "Loaded" and _complete(url, f"{tenant}/broken").status_code == 200
     k8s_cluster.kubectl("delete", "llmadapter", "broken", "-n", tenant)
 
     # A replacement pod reads the manifest before /ready: it serves the adapter as soon as it is Ready.
