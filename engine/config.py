@@ -55,6 +55,14 @@ class AdapterSource(BaseModel):
         return name
 
 
+class AdapterLoad(AdapterSource):
+    """An adapter loaded at run time (the admin API's body, an adapter manifest's entry): the same
+    fields, and optionally a directory the load is confined to."""
+
+    root: str | None = Field(None, min_length=1, description="A directory inside adapter_roots the source must "
+                             "lie in, symlinks followed (a tenant's directory on a shared volume); 403 otherwise")
+
+
 class SpeculativeConfig(BaseModel):
     """Speculative decoding: propose tokens cheaply, verify them in the target's forward pass; the
     output distribution is exactly the target's (docs/engine.md)."""

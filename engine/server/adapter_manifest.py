@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from llmop.engine.config import AdapterSource
+from llmop.engine.config import AdapterLoad
 
 log = logging.getLogger("llmop.server")
 
@@ -47,7 +47,7 @@ class Manifest:
     """The entries to load, the entries refused as they were read, and why the file as a whole
     was not used (None: it was, or it is absent)."""
 
-    entries: tuple[AdapterSource, ...] = ()
+    entries: tuple[AdapterLoad, ...] = ()
     refused: tuple[FailedAdapter, ...] = ()
     error: str | None = None
 
@@ -86,7 +86,7 @@ def parse_manifest(text: str, path: str = "adapter manifest") -> Manifest:
             refused.append(FailedAdapter(name, source, f"{path}: {counts[name]} entries name {name!r}: none is loaded"))
             continue
         try:
-            entries.append(AdapterSource.model_validate(item))
+            entries.append(AdapterLoad.model_validate(item))
         except ValidationError as err:
             refused.append(FailedAdapter(name, source, f"{path}: adapters[{i}]: {_entry_error(err)}"))
     return Manifest(tuple(entries), tuple(refused))

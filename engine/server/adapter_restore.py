@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from llmop.engine.config import AdapterSource
+from llmop.engine.config import AdapterLoad
 from llmop.engine.lora import admin
 from llmop.engine.server import adapters_api
 from llmop.engine.server.adapter_manifest import FailedAdapter, read_manifest
@@ -22,7 +22,7 @@ from llmop.engine.server.state import ServerState
 log = logging.getLogger("llmop.server")
 
 
-async def _restore_one(state: ServerState, entry: AdapterSource) -> FailedAdapter | None:
+async def _restore_one(state: ServerState, entry: AdapterLoad) -> FailedAdapter | None:
     try:
         await adapters_api.load(state, entry)
         return None

@@ -1,8 +1,9 @@
 """The admin API of LoRA adapters; it is served only on the admin listener (`admin_app`).
 
-POST /v1/adapters {name, source, pinned} reads and validates a PEFT directory inside the
-`adapter_roots` (201; 400 for a name that is neither a plain name nor `<namespace>/<name>`; 403 for
-a source outside the roots, with the same message whether or not it exists; 422 with the reason
+POST /v1/adapters {name, source, pinned, root} reads and validates a PEFT directory inside the
+`adapter_roots`, and inside `root` when given (201; 400 for a name that is neither a plain name nor
+`<namespace>/<name>`; 403 for a source outside the roots or the root, with the same message whether
+or not it exists; 422 with the reason
 when it is not a servable adapter: it stays listed as `failed`), DELETE /v1/adapters/{name}
 unloads (409 while requests use it), GET /v1/adapters lists every registered adapter with its state
 (loading, cpu, resident, disk, failed + error) and its host path in `data`, the adapter manifest's
@@ -16,7 +17,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 
-from llmop.engine.config import AdapterSource
+from llmop.engine.config import AdapterLoad
 from llmop.engine.lora import admin
 from llmop.engine.lora.registry import AdapterConflict, AdapterInfo, AdapterNotFound, AdapterState
 from llmop.engine.lora.roots import AdapterRoots, SourceOutsideRoots
@@ -37,19 +38,23 @@ def _not_found(name: str) -> APIError:
     return APIError(404, f"the adapter {name!r} does not exist", reason="unknown_model", code="adapter_not_found")
 
 
-def _allowed_source(state: ServerState, source: str) -> str:
-    """The real path of `source` inside the adapter roots, else 403."""
+def _allowed_source(state: ServerState, body: AdapterLoad) -> str:
+    """The real path of the source inside the adapter roots (and inside `root`, itself inside
+    them, when given), else 403."""
     try:
-        return AdapterRoots.of(state.config.adapter_roots).resolve(source)
+        roots = AdapterRoots.of(state.config.adapter_roots)
+        if body.root is not None:
+            roots = AdapterRoots.of([roots.resolve(body.root)])
+        return roots.resolve(body.source)
     except SourceOutsideRoots as e:
         raise APIError(403, str(e), reason="forbidden", param="source", code="source_not_allowed") from None
 
 
-async def load(state: ServerState, body: AdapterSource) -> AdapterInfo:
+async def load(state: ServerState, body: AdapterLoad) -> AdapterInfo:
     """Load `body` as the admin API does; APIError with the status and reason if it is refused.
     Once registered (loaded, or failed on reading: 422), the name's start-up failure is superseded."""
     state.check_open()
-    source = _allowed_source(state, body.source)
+    source = _allowed_source(state, body)
     if body.name in state.base_model_names():
         raise APIError(409, f"{body.name!r} is the base model's name", reason="invalid_request",
                        type="invalid_request_error", code="adapter_exists")
@@ -68,7 +73,7 @@ async def load(state: ServerState, body: AdapterSource) -> AdapterInfo:
 
 
 @router.post("/v1/adapters", status_code=201)
-async def load_adapter(body: AdapterSource, state: ServerState = Depends(get_state)):
+async def load_adapter(body: AdapterLoad, state: ServerState = Depends(get_state)):
     return JSONResponse(adapter_json(await load(state, body)), status_code=201)
 
 

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from llmop.operator.adapters.grants import granted
 from llmop.operator.api.llmadapter import LLMAdapterSpec, model_id
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
+from llmop.operator.api.tenancy import ClaimLayout
 from llmop.operator.build.sources import PVC_DIR
 
 
@@ -29,6 +30,7 @@ class BindReason(StrEnum):
     NOT_GRANTED = "NotGranted"
     UNSUPPORTED_SOURCE = "UnsupportedSource"
     PINNING_NOT_ALLOWED = "PinningNotAllowed"
+    OUTSIDE_NAMESPACE_DIRECTORY = "OutsideNamespaceDirectory"
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,11 @@ class ManifestEntry:
     name: str
     source: str
     pinned: bool = False
+    root: str | None = None  # the directory the load is confined to (claimLayout PerNamespace)
 
     def wire(self) -> dict[str, Any]:
-        return {"name": self.name, "source": self.source, "pinned": self.pinned}
+        body = {"name": self.name, "source": self.source, "pinned": self.pinned}
+        return body if self.root is None else {**body, "root": self.root}
 
 
 @dataclass(frozen=True)
@@ -115,9 +119,18 @@ def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[s
                       f"the engine pods of {where} read adapters only from pvc://<claim>/<path> on its "
                       f"spec.tenancy.adapterClaims ({claims}), with no '.', '..' or empty segment in the path; "
                       f"{spec.source!r} is not one")
+    root = None
+    if base.tenancy.adapter_claim_layout is ClaimLayout.PER_NAMESPACE:
+        claim, _, sub = spec.source.partition("://")[2].partition("/")
+        if sub.split("/")[0] != ns or sub.rstrip("/") == ns:
+            return refuse(BindReason.OUTSIDE_NAMESPACE_DIRECTORY,
+                          f"{where} keeps each tenant's adapters in its own directory "
+                          f"(spec.tenancy.adapterClaimLayout PerNamespace): the source must be "
+                          f"pvc://{claim}/{ns}/<path>; {spec.source!r} is not")
+        root = "/".join([PVC_DIR, claim, ns])
     if spec.pinned and not base.tenancy.allow_pinned:
         return refuse(BindReason.PINNING_NOT_ALLOWED,
                       f"{where} does not let tenants pin adapters (spec.tenancy.allowPinned): a pinned adapter "
                       "holds a device slot every other tenant then waits for")
     return Binding(ns, name, ref, BindReason.GRANTED, f"bound to {where}",
-                   ManifestEntry(model_id(ns, name), path, spec.pinned))
+                   ManifestEntry(model_id(ns, name), path, spec.pinned, root))

@@ -8,6 +8,7 @@ then have no admin listener for the operator to load them through).
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
@@ -34,6 +35,13 @@ class LabelSelector(CRDModel):
         default_factory=list, description="Requirements that must all hold.")
 
 
+class ClaimLayout(StrEnum):
+    """How tenants share the adapterClaims."""
+
+    SHARED = "Shared"  # any granted tenant may name any path on the claims
+    PER_NAMESPACE = "PerNamespace"  # a tenant's sources live under <claim>/<its namespace>/
+
+
 class TenancySpec(CRDModel):
     """Who may attach LoRA adapters (`LLMAdapter`) to this base, and where their files are."""
 
@@ -57,5 +65,13 @@ class TenancySpec(CRDModel):
             "PersistentVolumeClaims in the base's namespace holding tenants' adapters, mounted read-only in "
             "every engine pod; an LLMAdapter's source is pvc://<one of these>/<path>. Changing this list "
             "rolls the engine pods; adding, changing or removing an LLMAdapter does not."
+        ),
+    )
+    adapter_claim_layout: ClaimLayout = Field(
+        "Shared", validate_default=True,
+        description=(
+            "Shared: a granted tenant may load any path on the adapterClaims. PerNamespace: a tenant's source must be "
+            "pvc://<claim>/<its namespace>/<path> (else Bound=False, OutsideNamespaceDirectory), and the engine "
+            "refuses a source that leads out of that directory through a symlink."
         ),
     )

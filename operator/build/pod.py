@@ -25,6 +25,8 @@ GRACE_MARGIN_SECONDS = 10
 ENGINE_UID = 1000  # Dockerfile.engine's user
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 CONFIG_HASH = "llmop.dev/config-hash"
+# Pods restore tenants' adapters under the layout they started with: a new layout rolls them.
+CLAIM_LAYOUT = "llmop.dev/adapter-claim-layout"
 CONFIG_VOLUME = "engine-config"
 ADMIN_VOLUME = "admin-credential"
 
@@ -132,6 +134,8 @@ def engine_pod_template(
         "prometheus.io/path": "/metrics",
         CONFIG_HASH: config_hash,
     }
+    if spec.tenancy is not None:
+        annotations[CLAIM_LAYOUT] = spec.tenancy.adapter_claim_layout.value
     return {
         "metadata": {"labels": {**extra.labels, **owner.selector_labels()}, "annotations": annotations},
         "spec": pod,

@@ -236,12 +236,19 @@ def admin_token_file(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def tenant_manifest(tmp_path_factory) -> Path:
-    """The adapter manifest the operator's placement writes, naming a tenant's adapter on the
-    tenants' claim (a local directory standing for TENANT_ROOT)."""
+    """The adapter manifest the operator's placement writes (its own builder, with the confinement
+    of a PerNamespace claim layout), naming a tenant's adapter on the tenants' claim (a local
+    directory standing for TENANT_ROOT)."""
+    from llmop.operator.adapters.binding import ManifestEntry
+    from llmop.operator.build.meta import Owner
+    from llmop.operator.build.tenancy import MANIFEST_FILE, manifest_config_map
+
     claim = tmp_path_factory.mktemp("tenant-claim")
-    make_adapter(claim / "summarizer", 4, 5)
+    make_adapter(claim / "team-a" / "summarizer", 4, 5)
+    entry = ManifestEntry("team-a/summarizer", str(claim / "team-a" / "summarizer"), root=str(claim / "team-a"))
+    owner = Owner("chat", "ml", "uid-1")
     manifest = tmp_path_factory.mktemp("etc-llmop-adapters") / "adapters.json"
-    manifest.write_text(json.dumps({"adapters": [{"name": "team-a/summarizer", "source": str(claim / "summarizer")}]}))
+    manifest.write_text(manifest_config_map(owner, [entry.wire()])["data"][MANIFEST_FILE])
     return manifest
 
 
@@ -249,7 +256,7 @@ def tenant_manifest(tmp_path_factory) -> Path:
 def config_file(rendered, adapter_dirs, admin_token_file, tenant_manifest, tmp_path_factory) -> Path:
     """The rendered file with pod paths swapped for local ones (model, adapter sources, the admin
     credential, the tenants' claim and the adapter manifest), nothing else."""
-    claim = str(json.loads(tenant_manifest.read_text())["adapters"][0]["source"]).rsplit("/", 1)[0]
+    claim = str(json.loads(tenant_manifest.read_text())["adapters"][0]["source"]).rsplit("/", 2)[0]
     return write_local(
         rendered, tmp_path_factory.mktemp("etc-llmop") / "engine.yaml", model=str(embedded_model_path()),
         admin_token_file=str(admin_token_file), adapter_manifest=str(tenant_manifest),

@@ -90,3 +90,26 @@ def test_a_symlink_within_the_root_loads_from_its_real_path(lora_server, outside
     assert r.status_code == 201, r.text
     assert r.json()["source"] == os.path.realpath(adapter_dirs["qv-r4"])
     assert lora_server.admin.delete("/v1/adapters/linked").status_code == 204
+
+
+def test_a_load_confined_to_a_root_stays_inside_it(lora_server, adapter_dirs, tmp_path_factory):
+    """A tenant's directory on a shared volume: its sources, symlinks followed, must stay inside it."""
+    root = lora_server.adapter_root
+    tenant = root / f"tenant-{tmp_path_factory.mktemp('t').name}"
+    shutil.copytree(adapter_dirs["qv-r4"], tenant / "mine")
+    os.symlink(adapter_dirs["attn-r8"], tenant / "theirs")  # another tenant's files, through a link
+    post = lambda name, source, within: lora_server.admin.post(  # noqa: E731
+        "/v1/adapters", json={"name": name, "source": str(source), "root": str(within)})
+    refused = {
+        "a link out of the tenant's directory": post("sneaky", tenant / "theirs", tenant),
+        "another directory of the volume": post("sneaky", adapter_dirs["attn-r8"], tenant),
+        "dot-dot out of it": post("sneaky", f"{tenant}/../{adapter_dirs['attn-r8'].name}", tenant),
+        "a root outside the adapter roots": post("sneaky", adapter_dirs["attn-r8"], "/"),
+    }
+    for why, r in refused.items():
+        assert r.status_code == 403, (why, r.text)
+        assert r.json()["error"]["code"] == "source_not_allowed"
+    assert "sneaky" not in {a["name"] for a in lora_server.admin.get("/v1/adapters").json()["data"]}
+    ok = post("confined", tenant / "mine", tenant)
+    assert ok.status_code == 201, ok.text
+    assert lora_server.admin.delete("/v1/adapters/confined").status_code == 204

@@ -56,6 +56,14 @@ def test_bind_grants_and_maps_the_claim_into_the_pods():
         "/mnt/pvc/adapters/team-a/sum")
 
 
+def test_per_namespace_claims_confine_each_tenant_to_its_directory():
+    spec = base(namespaces=["team-a"], adapterClaimLayout="PerNamespace")
+    entry = bind(adapter(source="pvc://adapters/team-a/v2/sum"), spec, {}).entry
+    assert entry == ManifestEntry("team-a/sum", "/mnt/pvc/adapters/team-a/v2/sum", root="/mnt/pvc/adapters/team-a")
+    assert entry.wire()["root"] == "/mnt/pvc/adapters/team-a"  # the engine refuses links out of it
+    assert "root" not in bind(adapter(), base(namespaces=["team-a"]), {}).entry.wire()  # Shared: no confinement
+
+
 @pytest.mark.parametrize("spec,doc,reason", [
     (base(), adapter(), BindReason.NOT_GRANTED),
     (None, adapter(), BindReason.BASE_NOT_FOUND),
@@ -69,6 +77,12 @@ def test_bind_grants_and_maps_the_claim_into_the_pods():
     (base(namespaces=["team-a"]), adapter(pinned=True), BindReason.PINNING_NOT_ALLOWED),
     (base(namespaces=["team-a"]), adapter(source="relative/path"), BindReason.INVALID_SPEC),
     (base(namespaces=["team-a"]), adapter(rank=8), BindReason.INVALID_SPEC),
+    (base(namespaces=["team-a"], adapterClaimLayout="PerNamespace"), adapter(source="pvc://adapters/team-b/sum"),
+     BindReason.OUTSIDE_NAMESPACE_DIRECTORY),
+    (base(namespaces=["team-a"], adapterClaimLayout="PerNamespace"), adapter(source="pvc://adapters/team-a"),
+     BindReason.OUTSIDE_NAMESPACE_DIRECTORY),
+    (base(namespaces=["team-a"], adapterClaimLayout="PerNamespace"), adapter(source="pvc://adapters/sum"),
+     BindReason.OUTSIDE_NAMESPACE_DIRECTORY),
 ])  # fmt: skip
 def test_bind_refusals_have_reasons(spec, doc, reason):
     b = bind(doc, spec, {})
