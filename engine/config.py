@@ -57,10 +57,12 @@ class AdapterSource(BaseModel):
 
 class AdapterLoad(AdapterSource):
     """An adapter loaded at run time (the admin API's body, an adapter manifest's entry): the same
-    fields, and optionally a directory the load is confined to."""
+    fields, and optionally a directory the load is confined to and what the adapter must be."""
 
     root: str | None = Field(None, min_length=1, description="A directory inside adapter_roots the source must "
                              "lie in, symlinks followed (a tenant's directory on a shared volume); 403 otherwise")
+    rank: int | None = Field(None, ge=1, description="The rank the adapter must have (its largest); 422 otherwise")
+    alpha: float | None = Field(None, gt=0, description="The lora_alpha the adapter must have; 422 otherwise")
 
 
 class SpeculativeConfig(BaseModel):

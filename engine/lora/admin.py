@@ -12,15 +12,19 @@ import asyncio
 from llmop.engine.lora.registry import AdapterConflict, AdapterInfo, AdapterState
 
 
-async def load_adapter(engine, name: str, source: str, pinned: bool = False) -> AdapterInfo:
-    """Register, read and validate; returns the final info (state `failed` with the error if it
-    does not fit: the caller decides how to report it). Raises AdapterConflict if it exists."""
+async def load_adapter(engine, name: str, source: str, pinned: bool = False, rank: int | None = None,
+                       alpha: float | None = None) -> AdapterInfo:
+    """Register, read and validate (and check the expected `rank` and `alpha` when given); returns
+    the final info (state `failed` with the error if it does not fit: the caller decides how to
+    report it). Raises AdapterConflict if it exists."""
     await engine.call(lambda e: e.lora.begin_load(name, source, pinned))
     lora = engine.engine.lora
     try:
         adapter = await asyncio.to_thread(lora.read, name, source)
+        msg = adapter.mismatch(rank, alpha)
     except Exception as err:
         msg = str(err)
+    if msg is not None:
         return await engine.call(lambda e: e.lora.fail_load(name, msg))
     return await engine.call(lambda e: e.lora.finish_load(name, adapter))
 

@@ -55,8 +55,15 @@ class LoraAdapter:
     source: str
     rank: int  # the largest rank of any module
     scaling: float
+    alpha: float  # lora_alpha of adapter_config.json
     target_modules: frozenset[str]
     weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = field(repr=False, compare=False)
+
+    def mismatch(self, rank: int | None = None, alpha: float | None = None) -> str | None:
+        """Why this is not the adapter its loader expected (`rank`, `alpha` when given), None if it is."""
+        wrong = [f"{what} {have:g}, expected {want:g}" for what, have, want in
+                 (("rank", self.rank, rank), ("lora_alpha", self.alpha, alpha)) if want is not None and have != want]
+        return f"adapter {self.name!r} is not the one expected: {'; '.join(wrong)}" if wrong else None
 
     @property
     def num_bytes(self) -> int:
@@ -165,5 +172,5 @@ def load_peft_adapter(name: str, source: str | Path, model: ModelConfig, max_ran
     if not all(torch.isfinite(a).all() and torch.isfinite(b).all() for a, b in weights.values()):
         raise AdapterError(f"adapter {name!r}: weights contain NaN or infinity")
     return LoraAdapter(name=name, source=str(path), rank=max(a.shape[0] for a, _ in weights.values()),
-                       scaling=base_scaling, target_modules=frozenset(m for _, m in weights),
+                       scaling=base_scaling, alpha=alpha, target_modules=frozenset(m for _, m in weights),
                        weights=weights)

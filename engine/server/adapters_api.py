@@ -1,10 +1,10 @@
 """The admin API of LoRA adapters; it is served only on the admin listener (`admin_app`).
 
-POST /v1/adapters {name, source, pinned, root} reads and validates a PEFT directory inside the
-`adapter_roots`, and inside `root` when given (201; 400 for a name that is neither a plain name nor
-`<namespace>/<name>`; 403 for a source outside the roots or the root, with the same message whether
-or not it exists; 422 with the reason
-when it is not a servable adapter: it stays listed as `failed`), DELETE /v1/adapters/{name}
+POST /v1/adapters {name, source, pinned, root, rank, alpha} reads and validates a PEFT directory
+inside the `adapter_roots`, and inside `root` when given (201; 400 for a name that is neither a
+plain name nor `<namespace>/<name>`; 403 for a source outside the roots or the root, with the same
+message whether or not it exists; 422 with the reason when it is not a servable adapter, or not
+the `rank`/`alpha` the body expects: it stays listed as `failed`), DELETE /v1/adapters/{name}
 unloads (409 while requests use it), GET /v1/adapters lists every registered adapter with its state
 (loading, cpu, resident, disk, failed + error) and its host path in `data`, the adapter manifest's
 entries that did not load at start-up in `failed`, and the manifest's own state in `manifest`
@@ -59,7 +59,7 @@ async def load(state: ServerState, body: AdapterLoad) -> AdapterInfo:
         raise APIError(409, f"{body.name!r} is the base model's name", reason="invalid_request",
                        type="invalid_request_error", code="adapter_exists")
     try:
-        info = await admin.load_adapter(state.engine, body.name, source, body.pinned)
+        info = await admin.load_adapter(state.engine, body.name, source, body.pinned, body.rank, body.alpha)
     except AdapterConflict as e:
         raise APIError(409, str(e), reason="invalid_request", type="invalid_request_error",
                        code="adapter_exists") from None

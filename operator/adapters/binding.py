@@ -41,10 +41,13 @@ class ManifestEntry:
     source: str
     pinned: bool = False
     root: str | None = None  # the directory the load is confined to (claimLayout PerNamespace)
+    rank: int | None = None  # what the adapter must be (the engine checks)
+    alpha: float | None = None
 
     def wire(self) -> dict[str, Any]:
-        body = {"name": self.name, "source": self.source, "pinned": self.pinned}
-        return body if self.root is None else {**body, "root": self.root}
+        optional = {"root": self.root, "rank": self.rank, "alpha": self.alpha}
+        return {"name": self.name, "source": self.source, "pinned": self.pinned,
+                **{k: v for k, v in optional.items() if v is not None}}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -133,4 +136,4 @@ def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[s
                       f"{where} does not let tenants pin adapters (spec.tenancy.allowPinned): a pinned adapter "
                       "holds a device slot every other tenant then waits for")
     return Binding(ns, name, ref, BindReason.GRANTED, f"bound to {where}",
-                   ManifestEntry(model_id(ns, name), path, spec.pinned, root))
+                   ManifestEntry(model_id(ns, name), path, spec.pinned, root, spec.rank, spec.alpha))

@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from llmop.operator.api.base import CRDModel
+from llmop.operator.api.base import CRDModel, cel
 from llmop.operator.api.llmdeployment import GROUP, VERSION
 from llmop.operator.api.model import SOURCE_PATTERN
 from llmop.operator.api.status import Condition
@@ -58,6 +58,15 @@ class BaseRef(CRDModel):
 class LLMAdapterSpec(CRDModel):
     """A PEFT LoRA adapter to serve on a base model's engine pods."""
 
+    # The engine checks rank and alpha when it loads an adapter; a loaded one is not re-read when
+    # they change, so they are fixed at creation (a different adapter is a new LLMAdapter).
+    model_config = CRDModel.model_config | {"json_schema_extra": cel(
+        ("has(self.rank) == has(oldSelf.rank) && (!has(self.rank) || self.rank == oldSelf.rank)",
+         "rank is immutable: create a new LLMAdapter for a different adapter", ".rank"),
+        ("has(self.alpha) == has(oldSelf.alpha) && (!has(self.alpha) || self.alpha == oldSelf.alpha)",
+         "alpha is immutable: create a new LLMAdapter for a different adapter", ".alpha"),
+    )}
+
     base_ref: BaseRef = Field(description="The base LLMDeployment; it must grant this namespace (spec.tenancy).")
     source: str = Field(
         pattern=SOURCE_PATTERN,
@@ -69,6 +78,11 @@ class LLMAdapterSpec(CRDModel):
     )
     pinned: bool = Field(False, description="Keep it resident in a device slot (never evicted by LRU); only "
                          "where the base allows it (spec.tenancy.allowPinned).")
+    rank: int | None = Field(None, ge=1, le=4096, description=(
+        "The rank the adapter must have (its largest module rank); another rank fails the load "
+        "(Failed, with the engine's message). Immutable."))
+    alpha: float | None = Field(None, gt=0, description=(
+        "The lora_alpha the adapter must have (adapter_config.json); another fails the load. Immutable."))
 
 
 class PodAdapterStatus(CRDModel):

@@ -113,3 +113,23 @@ def test_a_load_confined_to_a_root_stays_inside_it(lora_server, adapter_dirs, tm
     ok = post("confined", tenant / "mine", tenant)
     assert ok.status_code == 201, ok.text
     assert lora_server.admin.delete("/v1/adapters/confined").status_code == 204
+
+
+def test_a_load_that_expects_another_rank_or_alpha_fails_with_both(lora_server, adapter_dirs):
+    """What the operator sends for an LLMAdapter's spec.rank/alpha: the adapter must be that one."""
+    import json
+
+    alpha = json.loads((adapter_dirs["qv-r4"] / "adapter_config.json").read_text())["lora_alpha"]
+    load = lambda name, **expect: lora_server.admin.post(  # noqa: E731
+        "/v1/adapters", json={"name": name, "source": str(adapter_dirs["qv-r4"]), **expect})
+    wrong = load("expects-r8", rank=8, alpha=alpha + 1)
+    assert wrong.status_code == 422, wrong.text
+    message = wrong.json()["error"]["message"]
+    assert "rank 4, expected 8" in message and f"lora_alpha {alpha:g}, expected {alpha + 1:g}" in message
+    listed = {a["name"]: a for a in lora_server.admin.get("/v1/adapters").json()["data"]}
+    assert listed["expects-r8"]["state"] == "failed"  # listed with its reason, never served
+    assert lora_server.admin.delete("/v1/adapters/expects-r8").status_code == 204
+    right = load("expects-r4", rank=4, alpha=alpha)
+    assert right.status_code == 201, right.text
+    assert lora_server.admin.delete("/v1/adapters/expects-r4").status_code == 204
+    assert load("bad-rank", rank=0).status_code == 400

@@ -40,7 +40,7 @@ def test_a_manifest_entry_is_refused_alone():
         {"name": "team-b/pinned", "source": "/roots/p", "pinned": True},
         {"name": "a/b/c", "source": "/roots/x"},
         {"name": "team-c/no-source"},
-        {"name": "team-c/extra", "source": "/roots/e", "rank": 8},
+        {"name": "team-c/extra", "source": "/roots/e", "ranks": 8},
         42,
         {"name": "team-d/twice", "source": "/roots/1"},
         {"name": "team-d/twice", "source": "/roots/2"},
@@ -54,7 +54,7 @@ def test_a_manifest_entry_is_refused_alone():
                             (None, None), ("team-d/twice", "/roots/1"), ("team-d/twice", "/roots/2")}
     assert "adapters[2]: name: an adapter name with a slash must be <namespace>/<name>" in refused["a/b/c", "/roots/x"]
     assert "adapters[3]: source: Field required" in refused["team-c/no-source", None]
-    assert "adapters[4]: rank: Extra inputs are not permitted" in refused["team-c/extra", "/roots/e"]
+    assert "adapters[4]: ranks: Extra inputs are not permitted" in refused["team-c/extra", "/roots/e"]
     assert refused[None, None] == "m.json: adapters[5] is not a JSON object"
     assert "2 entries name 'team-d/twice': none is loaded" in refused["team-d/twice", "/roots/1"]
 

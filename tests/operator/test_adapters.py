@@ -64,6 +64,16 @@ def test_per_namespace_claims_confine_each_tenant_to_its_directory():
     assert "root" not in bind(adapter(), base(namespaces=["team-a"]), {}).entry.wire()  # Shared: no confinement
 
 
+def test_expected_rank_and_alpha_go_to_the_engine():
+    entry = bind(adapter(rank=8, alpha=16), base(namespaces=["team-a"]), {}).entry
+    assert (entry.rank, entry.alpha) == (8, 16.0)
+    assert entry.wire() == {"name": "team-a/sum", "source": "/mnt/pvc/adapters/team-a/sum", "pinned": False,
+                            "rank": 8, "alpha": 16.0}
+    from llmop.engine.config import AdapterLoad
+
+    assert AdapterLoad.model_validate(entry.wire()).rank == 8  # the engine's body takes what the operator sends
+
+
 @pytest.mark.parametrize("spec,doc,reason", [
     (base(), adapter(), BindReason.NOT_GRANTED),
     (None, adapter(), BindReason.BASE_NOT_FOUND),
@@ -76,7 +86,8 @@ def test_per_namespace_claims_confine_each_tenant_to_its_directory():
     (base(namespaces=["team-a"]), adapter(source="pvc://adapters/a//b"), BindReason.UNSUPPORTED_SOURCE),
     (base(namespaces=["team-a"]), adapter(pinned=True), BindReason.PINNING_NOT_ALLOWED),
     (base(namespaces=["team-a"]), adapter(source="relative/path"), BindReason.INVALID_SPEC),
-    (base(namespaces=["team-a"]), adapter(rank=8), BindReason.INVALID_SPEC),
+    (base(namespaces=["team-a"]), adapter(rank=0), BindReason.INVALID_SPEC),
+    (base(namespaces=["team-a"]), adapter(color="red"), BindReason.INVALID_SPEC),
     (base(namespaces=["team-a"], adapterClaimLayout="PerNamespace"), adapter(source="pvc://adapters/team-b/sum"),
      BindReason.OUTSIDE_NAMESPACE_DIRECTORY),
     (base(namespaces=["team-a"], adapterClaimLayout="PerNamespace"), adapter(source="pvc://adapters/team-a"),

@@ -59,6 +59,12 @@ def test_grants_bind_count_and_revoke(k8s_cluster, ns):
         engine_yaml = get(k8s_cluster, "configmap", "chat-engine", ns)["data"]["engine.yaml"]
         assert "adapter_manifest: /etc/llmop/adapters/adapters.json" in engine_yaml
 
+        # The engine checks rank and alpha when it loads: they are fixed at creation (CEL).
+        for patch in ('{"spec":{"rank":8}}', '{"spec":{"alpha":16}}'):
+            refused = k8s_cluster.kubectl("patch", "llmadapter", "sum", "-n", tenant, "--type=merge", "-p", patch,
+                                          check=False)  # fmt: skip
+            assert refused.returncode != 0 and "is immutable" in refused.stderr, (patch, refused.stderr)
+
         # Relabelling the namespace revokes its grant (the placement timer sees it).
         k8s_cluster.kubectl("label", "namespace", other, "llm-tenant-")
         _bound(k8s_cluster, other, "sum", "NotGranted")
@@ -66,6 +72,13 @@ def test_grants_bind_count_and_revoke(k8s_cluster, ns):
         assert any(e["reason"] == "NotGranted" and e["involvedObject"]["kind"] == "LLMAdapter" for e in events)
         eventually(lambda: get(k8s_cluster, "llmd", "chat", ns)["status"].get("tenantAdapters") == 1, what="1 bound")
         assert get(k8s_cluster, "secret", "chat-admin", ns)["data"] == secret["data"]  # never regenerated
+
+        # One directory per tenant: sources elsewhere on the claim are refused, the pods roll.
+        base["spec"]["tenancy"]["adapterClaimLayout"] = "PerNamespace"
+        apply(k8s_cluster, base, ns)
+        _bound(k8s_cluster, tenant, "sum", "OutsideNamespaceDirectory")  # pvc://adapters/x is not under tenant/
+        eventually(lambda: get(k8s_cluster, "deployment", "chat", ns)["spec"]["template"]["metadata"]["annotations"]
+                   .get("llmop.dev/adapter-claim-layout") == "PerNamespace", what="the pod template's layout")  # fmt: skip
 
         k8s_cluster.kubectl("delete", "llmd", "chat", "-n", ns)
         _bound(k8s_cluster, tenant, "sum", "BaseNotFound")
