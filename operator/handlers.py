@@ -6,13 +6,14 @@ to kopf's retry model: API trouble is a TemporaryError (retried with backoff), a
 work is a PermanentError (recorded in status and an Event; retried only when the spec changes).
 The autoscaler's daemon registers beside these (imported below). LLMAdapters (tenants' adapters)
 are placed by one level-based pass per base (`adapters.placer`), run when an adapter changes, its
-base changes or goes, and on a short timer of bases with tenancy (new pods, failed loads, revoked
-grants). Every handler gets the operator object (`controllers.Operator`) as `memo.operator`:
+base changes or goes, and by a daemon per base with tenancy every few seconds (new pods, failed
+loads, revoked grants). Every handler gets the operator object (`controllers.Operator`) as `memo.operator`:
 `llmop operator` passes it to kopf.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -95,7 +96,7 @@ def reconcile_llmdeployment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     try:  # placement's trouble must not make kopf retry (or fail) the base's own reconcile
         _place(memo, body["metadata"]["namespace"], body["metadata"]["name"])
     except (kopf.TemporaryError, kopf.PermanentError) as err:
-        log.warning("adapter placement for %s/%s failed (the placement timer retries): %s",
+        log.warning("adapter placement for %s/%s failed (the placement daemon retries): %s",
                     body["metadata"]["namespace"], body["metadata"]["name"], err)
 
 
@@ -120,11 +121,20 @@ def _has_tenancy(spec: kopf.Spec, **_: Any) -> bool:
     return spec.get("tenancy") is not None
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, id="adapter-placement", interval=PLACEMENT_SECONDS, idle=None,
-            when=_has_tenancy)
-def place_adapters(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Catch what no event announces: a pod turning ready, a failed load, a namespace relabelled."""
-    _place(memo, body["metadata"]["namespace"], body["metadata"]["name"])
+@kopf.daemon(GROUP, VERSION, PLURAL, id="adapter-placement", when=_has_tenancy, cancellation_timeout=30)
+async def place_adapters(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """Catch what no event announces (a pod turning ready, a failed load's retry, a namespace
+    relabelled): a pass every PLACEMENT_SECONDS while the base has tenancy (kopf stops the daemon
+    when it loses it). A daemon, not a kopf timer, because kopf logs every timer run at INFO; its
+    passes run on asyncio's thread pool, not on one of kopf's handler workers for good."""
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    while not stopped:
+        try:
+            await asyncio.to_thread(_place, memo, namespace, name)
+        except (kopf.TemporaryError, kopf.PermanentError) as err:
+            log.warning("adapter placement for %s/%s failed (tried again in %.0f s): %s", namespace, name,
+                        PLACEMENT_SECONDS, err)
+        await stopped.wait(PLACEMENT_SECONDS)
 
 
 def _adapter_news(body: kopf.Body, type: str | None = None, **_: Any) -> bool:

@@ -3,7 +3,7 @@ writes the adapter manifest its pods load at start-up, loads and unloads adapter
 through their admin API, and writes every adapter's status (and the base's adapter count).
 
 Level-based like the reconciler: every trigger (an LLMAdapter created, changed or deleted, the base
-changed or deleted, the placement timer) runs the same pass, which converges however often it runs.
+changed or deleted, the placement daemon every few seconds) runs the same pass, which converges however often it runs.
 Deciding is done by the pure functions of `binding`, `pod_sync` and `status`; this is the I/O.
 """
 

@@ -156,7 +156,7 @@ def drive(memo, server):
     body["metadata"]["generation"] = 3
     handlers.reconcile_llmdeployment(body=copy.deepcopy(body), memo=memo)
     handlers._adapter_changed(body=copy.deepcopy(ADAPTER), memo=memo, type="ADDED")
-    handlers.place_adapters(body=copy.deepcopy(body), memo=memo)
+    asyncio.run(handlers.place_adapters(body=copy.deepcopy(body), memo=memo, stopped=OneTick()))
     owned = {"metadata": {"namespace": NS, "ownerReferences": [
         {"apiVersion": f"{GROUP}/{VERSION}", "kind": "LLMDeployment", "name": NAME}]}}
     handlers._owned_changed(body=owned, memo=memo)

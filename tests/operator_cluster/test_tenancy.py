@@ -65,7 +65,7 @@ def test_grants_bind_count_and_revoke(k8s_cluster, ns):
                                           check=False)  # fmt: skip
             assert refused.returncode != 0 and "is immutable" in refused.stderr, (patch, refused.stderr)
 
-        # Relabelling the namespace revokes its grant (the placement timer sees it).
+        # Relabelling the namespace revokes its grant (the placement daemon sees it).
         k8s_cluster.kubectl("label", "namespace", other, "llm-tenant-")
         _bound(k8s_cluster, other, "sum", "NotGranted")
         events = json.loads(k8s_cluster.kubectl("get", "events", "-n", other, "-o", "json").stdout)["items"]
