@@ -14,7 +14,7 @@ from typing import Any
 
 from llmop.operator.adapters.binding import BindReason, Binding
 from llmop.operator.adapters.pod_sync import AdapterOnPod
-from llmop.operator.api.conditions import get_condition, set_condition
+from llmop.operator.api.conditions import changed_conditions, set_condition
 from llmop.operator.api.llmadapter import Phase, PodState
 from llmop.operator.kube.client import EventType
 
@@ -83,16 +83,9 @@ def changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 def transitions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[EventType, str, str]]:
     """Events for conditions whose (status, reason) changed, progress left out."""
-    events = []
-    for cond in new.get("conditions", []):
-        before = get_condition(old.get("conditions") or [], cond["type"])
-        if before and (before.get("status"), before.get("reason")) == (cond["status"], cond["reason"]):
-            continue
-        if cond["reason"] in _QUIET:
-            continue
-        kind = EventType.NORMAL if cond["status"] == "True" else EventType.WARNING
-        events.append((kind, cond["reason"], cond["message"] or cond["type"]))
-    return events
+    return [(EventType.NORMAL if cond["status"] == "True" else EventType.WARNING, cond["reason"],
+             cond["message"] or cond["type"])
+            for _, cond in changed_conditions(old, new) if cond["reason"] not in _QUIET]
 
 
 def base_adapters(bindings: list[Binding]) -> dict[str, Any]:

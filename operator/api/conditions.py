@@ -40,3 +40,14 @@ def is_true(conditions: list[dict[str, Any]] | None, type_: str) -> bool:
     """Whether the condition of that type is there with status True (e.g. a pod's Ready)."""
     cond = get_condition(conditions or [], type_)
     return cond is not None and cond.get("status") == "True"
+
+
+def changed_conditions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[dict[str, Any] | None, dict[str, Any]]]:
+    """(before, after) for each condition of status `new` whose status or reason differs from
+    status `old`'s (before is None for a new one): what a status change may announce as an Event."""
+    out = []
+    for cond in new.get("conditions", []):
+        before = get_condition(old.get("conditions") or [], cond["type"])
+        if before is None or (before.get("status"), before.get("reason")) != (cond["status"], cond["reason"]):
+            out.append((before, cond))
+    return out

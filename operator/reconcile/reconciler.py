@@ -25,7 +25,7 @@ from llmop.operator.build.meta import Owner
 from llmop.operator.build.settings import Settings
 from llmop.operator.kube.client import EventType, Kube
 from llmop.operator.kube.identity import ObjectKey
-from llmop.operator.api.conditions import get_condition
+from llmop.operator.api.conditions import changed_conditions
 from llmop.operator.api.timestamps import rfc3339
 from llmop.operator.reconcile.coalesce import Coalescer
 from llmop.operator.reconcile.pods import PodTrouble, diagnose
@@ -161,10 +161,7 @@ def transitions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[EventTyp
     events = []
     if new.get("sizing") and (old.get("sizing") or {}).get("summary") != new["sizing"].get("summary"):
         events.append((EventType.NORMAL, Reason.SIZED, new["sizing"]["summary"]))
-    for cond in new.get("conditions", []):
-        before = get_condition(old.get("conditions") or [], cond["type"])
-        if before and before.get("status") == cond["status"] and before.get("reason") == cond["reason"]:
-            continue
+    for before, cond in changed_conditions(old, new):
         bad = (cond["type"] == ConditionType.DEGRADED) == (cond["status"] == "True")
         if (cond["type"] == ConditionType.PROGRESSING or cond["reason"] == Reason.WAITING_FOR_REPLICAS
                 or (before is None and not bad)):
