@@ -29,9 +29,7 @@ import json
 import math
 import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from llmop.serve_process import ServeProcess
 
 
 @dataclass
@@ -102,26 +102,10 @@ def summarize(results: list[Result], queue: tuple[float, float] | None, slo_ttft
 # --- HTTP ----------------------------------------------------------------------------------------
 
 
-def start_server(config: dict, log: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def start_server(config: dict, log: Path) -> ServeProcess:
     cfg = Path(tempfile.mkdtemp()) / "engine.yaml"
-    cfg.write_text(json.dumps({**config, "port": port}))
-    llmop = Path(sys.executable).with_name("llmop")
-    proc = subprocess.Popen([str(llmop), "serve", "--config", str(cfg), "--log-level", "warning"],
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONSAFEPATH": "1"})
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(2400):
-        try:
-            if httpx.get(url + "/ready").status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise RuntimeError(f"llmop serve exited; see {log}")
-        time.sleep(0.25)
-    raise RuntimeError("llmop serve did not become ready")
+    cfg.write_text(json.dumps(config))  # JSON is YAML; the port is ServeProcess's flag
+    return ServeProcess(["--config", str(cfg), "--log-level", "warning"], log=log, stop_timeout_s=120)
 
 
 def queue_histogram(url: str) -> dict[float, float]:
@@ -252,8 +236,8 @@ def main() -> int:
     figures: dict[str, dict] = {}
 
     log = Path(tempfile.gettempdir()) / "llmop-bench-serving.log"
-    proc, url = start_server(config, log)
-    try:
+    with start_server(config, log) as server:
+        url = server.url
         asyncio.run(run_http(url, workload(math.inf, 0, 2, vocab, 99), 300))  # warm-up
         for rate, reqs in loads.items():
             before = queue_histogram(url)
@@ -262,9 +246,6 @@ def main() -> int:
             q = (histogram_quantile(0.5, before, after), histogram_quantile(0.99, before, after))
             figures[f"http@{rate}"] = summarize(res, q, args.slo_ttft, args.slo_itl)
             print(f"http    rate={rate}: {json.dumps(figures[f'http@{rate}'])}", flush=True)
-    finally:
-        proc.terminate()
-        proc.wait(120)
 
     if not args.skip_offline:
         from llmop.engine.config import EngineConfig

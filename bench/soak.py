@@ -26,13 +26,10 @@ writes it there too. tests/server/test_soak.py asserts its bands.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
 import secrets
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -42,6 +39,8 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from llmop.serve_process import ServeProcess, free_port
 
 GAUGES = ("llmop_kv_cache_free_blocks", "llmop_kv_cache_total_blocks", "llmop_num_requests_running",
           "llmop_num_requests_waiting", "llmop_lora_adapters", "llmop_lora_slot_loads_total",
@@ -230,12 +229,6 @@ def soak(url: str, pid: int, seconds: float, clients: int, warmup_s: float, admi
             "delta": {k: round(after[k] - before[k], 1) for k in before if k in after}}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def admin_listener(churn: str, tmp: Path) -> tuple[list[str], Admin]:
     """For `--churn NAME=DIR`: the `llmop serve` flags of an admin listener on a free port with a
     fresh credential (its file under `tmp`) that loads from DIR's parent directory only, and the
@@ -248,34 +241,10 @@ def admin_listener(churn: str, tmp: Path) -> tuple[list[str], Admin]:
     return flags, Admin(f"http://127.0.0.1:{port}", token, name, source)
 
 
-@contextlib.contextmanager
-def serve(extra: list[str], log: Path):
+def serve(extra: list[str], log: Path) -> ServeProcess:
     """`llmop serve` on a free port, with the embedded model unless `extra` says otherwise."""
-    port = free_port()
-    llmop = Path(sys.executable).with_name("llmop")
-    cmd = [str(llmop), "serve", "--port", str(port), "--dtype", "float32", "--max-model-len", "512",
-           "--kv-cache-memory-bytes", str(64 << 20), "--log-level", "warning", *extra]
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONSAFEPATH": "1"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(1200):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/ready").status_code == 200:
-                    break
-            if proc.poll() is not None:
-                raise RuntimeError(f"llmop serve exited during start-up (log: {log})")
-            time.sleep(0.25)
-        else:
-            raise RuntimeError("llmop serve did not become ready")
-        yield url, proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    return ServeProcess(["--dtype", "float32", "--max-model-len", "512", "--kv-cache-memory-bytes", str(64 << 20),
+                         "--log-level", "warning", *extra], log=log, ready_timeout_s=300)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         flags, admin = admin_listener(args.churn, Path(tmp)) if args.churn else ([], None)
-        with serve(args.serve_args + flags, Path(args.log)) as (url, pid):
-            result = soak(url, pid, args.seconds, args.clients, args.warmup_s, admin)
+        with serve(args.serve_args + flags, Path(args.log)) as server:
+            result = soak(server.url, server.pid, args.seconds, args.clients, args.warmup_s, admin)
         if admin is not None:
             admin.client.close()
     text = json.dumps(result, indent=2)

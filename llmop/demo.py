@@ -18,8 +18,6 @@ with the very config the pod got.
 from __future__ import annotations
 
 import importlib.util
-import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from llmop.operator.local import OperatorSlot, condition, eventually, kubectl_json
+from llmop.serve_process import ServeProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "smollm2.yaml"
@@ -40,17 +39,11 @@ def step(text: str) -> None:
     print(f"\n==> {text}", flush=True)
 
 
-def local_engine_config(pod_yaml: str, port: int) -> tuple[dict, dict]:
+def local_engine_config(pod_yaml: str) -> tuple[dict, dict]:
     """The pod's engine config with what must differ on this machine; returns (config, overrides)."""
     config = yaml.safe_load(pod_yaml)
-    overrides = {"host": "127.0.0.1", "port": port, "device": "auto", "kv_cache_memory_bytes": 256 * 2**20}
+    overrides = {"host": "127.0.0.1", "device": "auto", "kv_cache_memory_bytes": 256 * 2**20}
     return config | overrides, {k: (config.get(k), v) for k, v in overrides.items()}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def chat_with_engine(config_yaml: str, model: str, workdir: Path) -> int:
@@ -59,25 +52,21 @@ def chat_with_engine(config_yaml: str, model: str, workdir: Path) -> int:
         print(f"engine server unavailable: {SERVER_MODULE} (`llmop serve`) is not in this tree yet; "
               "skipping the local chat request")  # fmt: skip
         return 0
-    port = free_port()
-    config, overrides = local_engine_config(config_yaml, port)
+    config, overrides = local_engine_config(config_yaml)
     path = workdir / "engine.yaml"
     path.write_text(yaml.safe_dump(config))
-    print("the pod's engine config, with local overrides (key: pod -> local):")
+    print("the pod's engine config, with local overrides (key: pod -> local; the port: a free one):")
     for key, (pod, local) in overrides.items():
         print(f"  {key}: {pod} -> {local}")
-    log = (workdir / "engine.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "llmop.cli", "serve", "--config", str(path)],
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONSAFEPATH": "1"})  # fmt: skip
     try:
-        import httpx
-
-        base = f"http://127.0.0.1:{port}"
-        eventually(lambda: proc.poll() is None and httpx.get(f"{base}/ready", timeout=2).status_code == 200,
-                   timeout=600, what="engine ready")  # fmt: skip
+        server = ServeProcess(["--config", str(path)], log=workdir / "engine.log", ready_timeout_s=600)
+    except RuntimeError as err:
+        print(f"engine did not become ready: {err}")
+        return 1
+    with server:
         from openai import OpenAI
 
-        client = OpenAI(base_url=f"{base}/v1", api_key="none")
+        client = OpenAI(base_url=f"{server.url}/v1", api_key="none")
         t0 = time.monotonic()
         reply = client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": "Say hello to Kubernetes in one sentence."}],
@@ -85,12 +74,6 @@ def chat_with_engine(config_yaml: str, model: str, workdir: Path) -> int:
         )  # fmt: skip
         print(f"chat completion in {time.monotonic() - t0:.2f}s: {reply.choices[0].message.content!r}")
         return 0
-    except AssertionError as err:
-        print(f"engine did not become ready: {err}; log: {workdir / 'engine.log'}")
-        return 1
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 def chat_through_service(cluster, name: str, model: str) -> int:

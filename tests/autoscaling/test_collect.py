@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,6 +12,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from llmop.operator.autoscaling.collect import PodsCollector
 from llmop.operator.autoscaling.prometheus import parse_vector, queries, samples_from_vectors
 from llmop.operator.autoscaling.targets import Target, pod_targets, static_targets
+from llmop.serve_process import free_port
 
 
 class Engine:
@@ -54,9 +54,7 @@ def engine():
 
 
 def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def test_two_scrapes_give_the_windowed_mean(engine):

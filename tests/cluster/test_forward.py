@@ -4,15 +4,9 @@ upstream is down, or dies mid-stream, is closed rather than left hanging (a watc
 from __future__ import annotations
 
 import asyncio
-import socket
 
 from llmop.devcluster.forward import serve
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from llmop.serve_process import free_port
 
 
 async def _exchange(port: int, data: bytes) -> bytes:
@@ -33,7 +27,7 @@ def test_relays_each_connection_to_the_upstream_and_back():
 
         upstream = await asyncio.start_server(upper, "127.0.0.1", 0)
         to = upstream.sockets[0].getsockname()[:2]
-        listen = ("127.0.0.1", _free_port())
+        listen = ("127.0.0.1", free_port())
         relay = asyncio.create_task(serve(listen, to))
         await asyncio.sleep(0.2)
         big = b"x" * 300_000  # several reads' worth
@@ -56,7 +50,7 @@ def test_an_upstream_that_dies_mid_stream_ends_the_client_connection():
             writer.transport.abort()  # a reset, as when the API server restarts
 
         upstream = await asyncio.start_server(dies, "127.0.0.1", 0)
-        listen = ("127.0.0.1", _free_port())
+        listen = ("127.0.0.1", free_port())
         relay = asyncio.create_task(serve(listen, upstream.sockets[0].getsockname()[:2]))
         await asyncio.sleep(0.2)
         reader, writer = await asyncio.open_connection(*listen)

@@ -7,19 +7,16 @@ closing its stream is what lets the queue move, so nothing here depends on how f
 
 import contextlib
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from llmop.serve_process import ServeProcess
 
 QUEUE_TIMEOUT_S = 8
 
@@ -27,30 +24,12 @@ QUEUE_TIMEOUT_S = 8
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """`llmop serve --config FILE` plus overriding flags, on a free port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     config = tmp_path_factory.mktemp("serve") / "engine.yaml"
     config.write_text(f"dtype: float32\nkv_cache_memory_bytes: {128 << 20}\nmax_model_len: 1024\n"
                       f"max_num_seqs: 4\nmax_waiting_requests: 2\nqueue_timeout_s: {QUEUE_TIMEOUT_S}\n")
-    llmop = Path(sys.executable).with_name("llmop")
-    proc = subprocess.Popen([str(llmop), "serve", "--config", str(config), "--max-num-seqs", "1",
-                             "--port", str(port), "--drain-timeout-s", "120", "--log-level", "warning"],
-                            env={**os.environ, "PYTHONSAFEPATH": "1"})
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(1200):
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url + "/ready").status_code == 200:
-                break
-        assert proc.poll() is None, "llmop serve exited during start-up"
-        time.sleep(0.25)
-    else:
-        proc.kill()
-        raise AssertionError("llmop serve did not become ready")
-    yield proc, url
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    with ServeProcess(["--config", str(config), "--max-num-seqs", "1", "--drain-timeout-s", "120",
+                       "--log-level", "warning"], ready_timeout_s=300) as server:
+        yield server.proc, server.url
 
 
 def gauges(url) -> dict[str, float]:

@@ -8,15 +8,14 @@ requests get 503 instead of hanging.
 import contextlib
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
+
+from llmop.serve_process import ServeProcess
 
 pytestmark = pytest.mark.slow
 
@@ -41,31 +40,11 @@ def alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def serve_tp3():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    llmop = Path(sys.executable).with_name("llmop")
-    proc = subprocess.Popen([str(llmop), "serve", "--tensor-parallel-size", "3", "--dtype", "float32",
-                             "--kv-cache-memory-bytes", str(16 << 20), "--max-model-len", "512",
-                             "--port", str(port), "--log-level", "warning"],
-                            env={**os.environ, "PYTHONSAFEPATH": "1"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(2400):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/ready").status_code == 200:
-                    break
-            assert proc.poll() is None, "llmop serve exited during start-up"
-            time.sleep(0.25)
-        else:
-            raise AssertionError("llmop serve did not become ready")
-        workers = workers_of(proc.pid)
+    with ServeProcess(["--tensor-parallel-size", "3", "--dtype", "float32", "--kv-cache-memory-bytes",
+                       str(16 << 20), "--max-model-len", "512", "--log-level", "warning"]) as server:
+        workers = workers_of(server.pid)
         assert len(workers) == 3, workers
-        yield proc, url, workers
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        yield server.proc, server.url, workers
 
 
 def test_tp3_server_answers_the_sdk_and_sigterm_leaves_no_worker():

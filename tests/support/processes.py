@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -16,12 +15,7 @@ from pathlib import Path
 import httpx
 
 from llmop.operator.local import eventually
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from llmop.serve_process import free_port
 
 
 class Process:
