@@ -31,6 +31,8 @@ class BindReason(StrEnum):
     UNSUPPORTED_SOURCE = "UnsupportedSource"
     PINNING_NOT_ALLOWED = "PinningNotAllowed"
     OUTSIDE_NAMESPACE_DIRECTORY = "OutsideNamespaceDirectory"
+    BASE_NOT_WATCHED = "BaseNotWatched"  # the operator watches given namespaces; the base is in none
+    SELECTOR_NOT_EVALUATED = "SelectorNotEvaluated"  # ... and may not read namespace labels
 
 
 @dataclass(frozen=True)
@@ -92,9 +94,11 @@ def pod_path(spec: LLMDeploymentSpec, source: str) -> str | None:
     return "/".join([PVC_DIR, claim, *parts])
 
 
-def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[str, str]) -> Binding:
+def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[str, str] | None,
+         watched: tuple[str, ...] = ()) -> Binding:
     """Decide one adapter's binding; `base` is the parsed spec of the base it names (None: absent),
-    `labels` those of the adapter's namespace (for the base's namespace selector)."""
+    `labels` those of the adapter's namespace for the base's namespace selector (None: the operator
+    may not read them), `watched` the namespaces the operator is limited to (empty: all)."""
     m = adapter["metadata"]
     ns, name = m["namespace"], m["name"]
     ref = base_of(adapter) or (ns, "")
@@ -109,11 +113,19 @@ def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[s
             f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()))
     base_ns, base_name = ref
     where = f"LLMDeployment {base_ns}/{base_name}"
+    if watched and base_ns not in watched:
+        return refuse(BindReason.BASE_NOT_WATCHED, f"{where} is outside the namespaces this operator watches "
+                      f"({', '.join(watched)}): a tenant's adapter can only name a base there")
     if base is None:
         return refuse(BindReason.BASE_NOT_FOUND, f"{where} does not exist")
     if base.tenancy is None:
         return refuse(BindReason.TENANCY_DISABLED, f"{where} takes no LLMAdapters (its spec.tenancy is not set)")
     if not granted(base_ns, base.tenancy, ns, labels):
+        if labels is None and base.tenancy.namespace_selector is not None:
+            return refuse(BindReason.SELECTOR_NOT_EVALUATED,
+                          f"{where} grants namespaces by spec.tenancy.namespaceSelector, which this operator cannot "
+                          f"evaluate (it watches given namespaces and may not read Namespace labels); "
+                          f"list {ns} in spec.tenancy.namespaces instead")
         return refuse(BindReason.NOT_GRANTED, f"{where} does not grant namespace {ns} (spec.tenancy)")
     path = pod_path(base, spec.source)
     if path is None:

@@ -29,8 +29,10 @@ def selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool
     return True
 
 
-def granted(base_namespace: str, tenancy: TenancySpec, namespace: str, labels: Mapping[str, str]) -> bool:
-    """Whether `namespace` (with `labels`) may attach adapters to a base in `base_namespace`."""
+def granted(base_namespace: str, tenancy: TenancySpec, namespace: str, labels: Mapping[str, str] | None) -> bool:
+    """Whether `namespace` (with `labels`; None: they cannot be read, so the selector grants
+    nothing) may attach adapters to a base in `base_namespace`."""
     if namespace == base_namespace or namespace in tenancy.namespaces:
         return True
-    return tenancy.namespace_selector is not None and selector_matches(tenancy.namespace_selector, labels)
+    return (tenancy.namespace_selector is not None and labels is not None
+            and selector_matches(tenancy.namespace_selector, labels))  # fmt: skip

@@ -79,12 +79,13 @@ class AdapterPlacer:
         return self._passes.run((namespace, name), lambda: self._place(namespace, name))
 
     def _place(self, namespace: str, name: str) -> PlacementOutcome:
-        body = self.kube.get(ObjectKey(API_VERSION, KIND, namespace, name))
+        watched = not self.namespaces or namespace in self.namespaces  # else no RBAC to read it
+        body = self.kube.get(ObjectKey(API_VERSION, KIND, namespace, name)) if watched else None
         spec = _spec(body)
         adapters = [a for a in self._adapters() if base_of(a) == (namespace, name)
                     and not a["metadata"].get("deletionTimestamp")]  # fmt: skip
         labels = self._labels(namespace, spec, {a["metadata"]["namespace"] for a in adapters})
-        bindings = [bind(a, spec, labels.get(a["metadata"]["namespace"], {})) for a in adapters]
+        bindings = [bind(a, spec, labels.get(a["metadata"]["namespace"], {}), self.namespaces) for a in adapters]
         desired = {b.entry.name: b.entry for b in bindings if b.entry is not None}
         pods: dict[str, dict[str, AdapterOnPod]] = {}
         loads = unloads = 0
@@ -115,14 +116,17 @@ class AdapterPlacer:
             log.warning("the LLMAdapter CRD is not installed: no adapters to place")
             return []
 
-    def _labels(self, base_ns: str, spec: LLMDeploymentSpec | None, namespaces: set[str]) -> dict[str, dict[str, str]]:
-        """Labels of the adapters' namespaces, read only when the base grants by label selector (and
-        the operator may read namespaces: not when it watches given namespaces, where a Role cannot
-        grant that and only `tenancy.namespaces` grant)."""
-        if spec is None or spec.tenancy is None or spec.tenancy.namespace_selector is None or self.namespaces:
+    def _labels(self, base_ns: str, spec: LLMDeploymentSpec | None,
+                namespaces: set[str]) -> dict[str, dict[str, str] | None]:
+        """Labels of the adapters' namespaces, read only when the base grants by label selector;
+        None for each when the operator watches given namespaces (a Role cannot let it read
+        Namespaces: only `tenancy.namespaces` grant there, and the adapters say so)."""
+        if spec is None or spec.tenancy is None or spec.tenancy.namespace_selector is None:
             return {}
-        return {ns: self.kube.namespace_labels(ns) or {} for ns in namespaces
-                if ns != base_ns and ns not in spec.tenancy.namespaces}  # fmt: skip
+        wanted = [ns for ns in namespaces if ns != base_ns and ns not in spec.tenancy.namespaces]
+        if self.namespaces:
+            return dict.fromkeys(wanted)
+        return {ns: self.kube.namespace_labels(ns) or {} for ns in wanted}
 
     def _token(self, owner: Owner, spec: LLMDeploymentSpec) -> str | None:
         secret = self.kube.get(ObjectKey("v1", "Secret", owner.namespace, admin_secret(spec, owner.name) or ""))

@@ -33,7 +33,8 @@ class ReadyReason(StrEnum):
 
 
 # A tenant can fix these in its own spec; the others wait on the platform (its base or its grant).
-_TENANT_ERRORS = {BindReason.INVALID_SPEC, BindReason.UNSUPPORTED_SOURCE}
+_TENANT_ERRORS = {BindReason.INVALID_SPEC, BindReason.UNSUPPORTED_SOURCE, BindReason.OUTSIDE_NAMESPACE_DIRECTORY,
+                  BindReason.BASE_NOT_WATCHED}  # the tenant's spec must change: Failed, not Pending
 _QUIET = {ReadyReason.LOADING, ReadyReason.NO_READY_PODS, ReadyReason.NOT_BOUND}
 MESSAGE_CHARS = 1000  # an engine's message can quote a tenant's file: bounded well below the CRD's limits
 

@@ -56,6 +56,19 @@ def test_bind_grants_and_maps_the_claim_into_the_pods():
         "/mnt/pvc/adapters/team-a/sum")
 
 
+def test_an_operator_watching_given_namespaces_says_what_it_cannot_see():
+    spec = base(namespaceSelector={"matchLabels": {"llm": "yes"}})
+    watched = ("ml", "team-a")
+    b = bind(adapter(), spec, None, watched)  # labels unreadable there: the selector grants nothing
+    assert b.reason is BindReason.SELECTOR_NOT_EVALUATED and "spec.tenancy.namespaces" in b.message
+    assert bind(adapter(), base(namespaces=["team-a"]), None, watched).bound  # the list still grants
+    assert bind(adapter(), base(), None, watched).reason is BindReason.NOT_GRANTED  # no selector: plainly not
+    far = bind(adapter(base=("other", "chat")), spec, None, watched)
+    assert far.reason is BindReason.BASE_NOT_WATCHED and "ml, team-a" in far.message
+    assert _status(far, {})["phase"] == "Failed"  # the tenant must name another base
+    assert not granted("ml", spec.tenancy, "team-b", None)
+
+
 def test_per_namespace_claims_confine_each_tenant_to_its_directory():
     spec = base(namespaces=["team-a"], adapterClaimLayout="PerNamespace")
     entry = bind(adapter(source="pvc://adapters/team-a/v2/sum"), spec, {}).entry
