@@ -114,6 +114,8 @@ def main() -> None:
     trees = [("", here)] + ([(f"@{args.baseline}", str(export_revision(args.baseline, Path(tmp.name))))]
                             if args.baseline else [])
     engines = []
+    if len(set(args.configs.split(","))) != len(args.configs.split(",")):
+        raise SystemExit("--configs names a configuration twice")
     for config in args.configs.split(","):
         for suffix, path in trees:
             spec = dict(config=config, batch=args.batch, steps=args.steps, prompt=args.prompt,
