@@ -6,7 +6,8 @@ time, so a shared machine's drift hits all of them alike. With `--baseline REV` 
 also runs on the code of git revision REV (exported to a temporary directory and imported from
 there), interleaved with this tree's: a before/after measurement in one run. Reported per engine:
 the prefill step (TTFT of the batch), decode step time (median of `--steps`), decode tok/s, and the
-ratios to the first engine and to the same configuration at the baseline. Works on CUDA too
+ratios to the first engine and to the same configuration at the baseline (the median of the
+per-round ratios: steps of one round ran back to back, so the machine's drift cancels). Works on CUDA too
 (`--device cuda`: add `--configs bf16,int8,bf16-kvfp8`).
 
     .venv/bin/python -P bench/decode_speed.py --batch 1 --configs fp32,bf16,int8
@@ -137,7 +138,8 @@ def main() -> None:
         rows.append({"config": e.name, "batch": args.batch, "prefill_s": round(prefill[e.name], 3),
                      "decode_step_ms": round(step[e.name] * 1e3, 1), "decode_tok_s": round(args.batch / step[e.name], 1),
                      "speedup_vs_first": round(first / step[e.name], 2),
-                     "speedup_vs_baseline": round(step[base] / step[e.name], 2)})
+                     "speedup_vs_baseline": round(statistics.median(  # paired by round: drift cancels
+                         b / t for b, t in zip(decode[base][2:], decode[e.name][2:])), 3)})
         print(json.dumps(rows[-1]), flush=True)
     print("\n| config | batch | prefill step (s) | decode step (ms) | decode tok/s | vs first | vs baseline |")
     print("|---|---|---|---|---|---|---|")
