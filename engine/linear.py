@@ -1,11 +1,11 @@
 """The engine's matmul for linear layers: `x W^T + b`, laid out for what a CPU BLAS does well.
 
-For a few tokens (decode) on the CPU, `F.linear(x, W)` makes the BLAS pack the whole weight for a
-GEMM whose M is the few tokens; computing `(W x^T)^T` instead makes the tokens the packed operand
-and streams the weight once. One token is a GEMV, which `F.linear` hands to the BLAS as one.
-Large batches (prefill) and other devices keep `F.linear`. What chose these paths, and the
-weight layout tried instead (input-major weights: a faster GEMV, a much slower 4-token GEMM), is
-in docs/benchmarks.md (issue 17).
+For 2-4 tokens on the CPU, `F.linear(x, W)` makes the BLAS pack the whole weight for a GEMM whose
+M is the few tokens; computing `(W x^T)^T` instead makes the tokens the packed operand and streams
+the weight once. One token is a GEMV, which `F.linear` hands to the BLAS as one; from 5 tokens on
+the BLAS's own choice was as fast or faster, so larger batches, prefill and other devices keep
+`F.linear`. The measurements behind these bounds, and the input-major weight layout tried instead
+(a faster GEMV, a slower 4-token GEMM), are in docs/benchmarks.md (issue 17, `bench/linear_layouts.py`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-SMALL_BATCH = 64  # tokens; above this the transpose copy of the output costs more than it saves
+SMALL_BATCH = 4  # tokens: the largest batch the (W x^T)^T layout runs
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
