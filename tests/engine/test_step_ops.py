@@ -1,8 +1,8 @@
 """The decode step's small ops (issue 17) compute exactly what the formulas they replace compute.
 
-RoPE with the sign folded into the sin table and RMSNorm through torch's fused op are bitwise equal
-to Hugging Face's step-by-step formulas; the CPU linear's layouts (one token through the GEMV,
-2-4 tokens as `(W x^T)^T`) equal `F.linear` to float rounding at every batch size around them.
+RoPE with the sign folded into the sin table is bitwise equal to Hugging Face's rotate_half
+formula (RMSNorm stays pinned to HF's steps); the CPU linear's layouts (one token through the
+GEMV, 2-4 tokens as `(W x^T)^T`) equal `F.linear` to float rounding at every batch size around them.
 """
 
 import pytest
