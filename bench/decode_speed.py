@@ -7,7 +7,8 @@ also runs on the code of git revision REV (exported to a temporary directory and
 there), interleaved with this tree's: a before/after measurement in one run. Reported per engine:
 the prefill step (TTFT of the batch), decode step time (median of `--steps`), decode tok/s, and the
 ratios to the first engine and to the same configuration at the baseline (the median of the
-per-round ratios: steps of one round ran back to back, so the machine's drift cancels). Works on CUDA too
+per-round ratios: steps of one round ran back to back, so the machine's drift cancels). With
+`--prefill` every step prefills a new prompt alone (decode_step_ms is then a prefill step). Works on CUDA too
 (`--device cuda`: add `--configs bf16,int8,bf16-kvfp8`).
 
     .venv/bin/python -P bench/decode_speed.py --batch 1 --configs fp32,bf16,int8
@@ -66,11 +67,14 @@ def serve(spec: dict) -> None:
     eng = LLMEngine(device=spec["device"], kv_cache_memory_bytes=512 << 20, max_num_seqs=max(batch, 1),
                     max_num_batched_tokens=max(1024, batch * prompt), **CONFIGS[spec["config"]])
     rng = random.Random(0)
-    for i in range(batch):
+    for i in range(0 if spec["prefill"] else batch):
         eng.add_request(f"r{i}", [rng.randrange(100, 49000) for _ in range(prompt)],
                         SamplingParams(max_tokens=spec["steps"] + 8, temperature=0.0, ignore_eos=True))
     print("ready", flush=True)
-    for _ in sys.stdin:
+    for i, _ in enumerate(sys.stdin):
+        if spec["prefill"]:  # every step prefills a new prompt (and samples its one token)
+            eng.add_request(f"p{i}", [rng.randrange(100, 49000) for _ in range(prompt)],
+                            SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))
         t = time.perf_counter()
         eng.step()
         print(time.perf_counter() - t, flush=True)
@@ -106,6 +110,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--baseline", help="git revision to run every configuration on as well, interleaved")
+    ap.add_argument("--prefill", action="store_true",
+                    help="time prefills instead: each step prefills a new --prompt-token prompt (--batch ignored)")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve:
@@ -120,7 +126,7 @@ def main() -> None:
     for config in args.configs.split(","):
         for suffix, path in trees:
             spec = dict(config=config, batch=args.batch, steps=args.steps, prompt=args.prompt,
-                        threads=args.threads, device=args.device)
+                        threads=args.threads, device=args.device, prefill=args.prefill)
             engines.append(EngineProcess(config + suffix, spec, path))
     prefill = {e.name: e.step() for e in engines}
     decode = {e.name: [] for e in engines}
