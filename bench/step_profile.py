@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import inspect
 import pstats
 import random
 import statistics
@@ -43,8 +44,6 @@ def cumulative(stats: pstats.Stats, suffix: str, name: str) -> float:
     times = [(line, ct) for (path, line, fn), (_, _, _, ct, _) in stats.stats.items()
              if path.endswith(suffix) and fn == name.split("@")[0]]
     if "@" in name:
-        import inspect
-
         from llmop.engine import model
 
         line = inspect.getsourcelines(getattr(model, name.split("@")[1]).forward)[1]
