@@ -55,7 +55,7 @@ def _is_float_linear(module: nn.Module) -> bool:
 
 @torch.no_grad()
 def quantize_int8(model: nn.Module, dtype: torch.dtype) -> int:
-    """Replace every float `nn.Linear` by an `Int8Linear`, in place;
+    """Replace every float `nn.Linear` (the engine's `Linear` included) by an `Int8Linear`, in place;
     returns how many were replaced. Refuses a model the LoRA pass was applied to (LoRA wraps the
     quantized layers, not the other way round)."""
     targets = [(name, m) for name, m in model.named_modules() if _is_float_linear(m)]
