@@ -130,8 +130,8 @@ def main() -> None:
             engines.append(EngineProcess(config + suffix, spec, path))
     prefill = {e.name: e.step() for e in engines}
     decode = {e.name: [] for e in engines}
-    for _ in range(args.steps):
-        for e in engines:
+    for r in range(args.steps):
+        for e in engines if r % 2 == 0 else engines[::-1]:  # alternate who goes first: no seat is favoured
             decode[e.name].append(e.step())
     for e in engines:
         e.close()
