@@ -92,7 +92,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
         cos, sin = cos_sin_table(inverse_frequencies(cfg, rope_freqs), max_positions)
         self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin_signed", sin, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(
         self,
@@ -105,7 +105,7 @@ class LlamaForCausalLM(nn.Module):
         """Hidden states [num_tokens, hidden] after the final norm."""
         x = self.model.embed_tokens(input_ids)
         cos = self.rope_cos[positions].to(x.dtype)
-        sin = self.rope_sin_signed[positions].to(x.dtype)
+        sin = self.rope_sin[positions].to(x.dtype)
         for layer, cache in zip(self.model.layers, kv_caches):
             x = layer(x, cos, sin, cache, meta, backend)
         return self.model.norm(x)
@@ -130,5 +130,5 @@ def build_model(cfg: ModelConfig, state_dict: dict[str, torch.Tensor], dtype: to
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     cos, sin = cos_sin_table(inverse_frequencies(cfg, rope_freqs), max_positions)
-    model.rope_cos, model.rope_sin_signed = cos, sin
+    model.rope_cos, model.rope_sin = cos, sin
     return model.to(device=device, dtype=dtype).eval()

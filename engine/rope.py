@@ -1,7 +1,6 @@
 """Rotary position embeddings: one cos/sin table per model, gathered by absolute position.
 
-The HF "half-split" layout (rotate_half), with llama3 and linear frequency scaling. The sin table
-carries rotate_half's sign, so applying it is a roll and two products per call.
+The HF "half-split" layout (rotate_half), with llama3 and linear frequency scaling.
 """
 
 from __future__ import annotations
@@ -37,18 +36,15 @@ def inverse_frequencies(cfg: ModelConfig, rope_freqs: torch.Tensor | None = None
 
 
 def cos_sin_table(inv_freq: torch.Tensor, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and signed sin of shape [max_positions, head_dim]: each frequency repeated for both
-    halves, the sin negated in the first half (rotate_half's minus sign, folded into the table)."""
+    """cos and sin of shape [max_positions, head_dim] (each frequency repeated for both halves)."""
     t = torch.arange(max_positions, dtype=torch.float32)
     freqs = torch.outer(t, inv_freq)
     emb = torch.cat([freqs, freqs], dim=-1)
-    sin = emb.sin()
-    sin[:, : inv_freq.shape[0]].neg_()
-    return emb.cos(), sin
+    return emb.cos(), emb.sin()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [tokens, heads, head_dim]; cos/signed sin: [tokens, head_dim] already gathered by position.
-    HF's `x * cos + rotate_half(x) * sin` with `rotate_half(x) = cat(-x2, x1)`: the halves swapped
-    by one `roll` and the minus sign in the table (the same products and sums, fewer ops per call)."""
-    return x * cos[:, None, :] + x.roll(x.shape[-1] // 2, dims=-1) * sin[:, None, :]
+    """x: [tokens, heads, head_dim]; cos/sin: [tokens, head_dim] already gathered by position."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]

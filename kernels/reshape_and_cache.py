@@ -92,10 +92,8 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale=
 def ref_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale=1.0, v_scale=1.0) -> None:
     """Torch reference of `reshape_and_cache` (same arguments, same effect)."""
     check_cache_inputs(key, value, key_cache, value_cache, slot_mapping)
-    slots = slot_mapping.long()
-    if bool((slots < 0).any()):  # padding rows; a boolean mask costs more than this test when there are none
-        keep = slots >= 0
-        slots, key, value = slots[keep], key[keep], value[keep]
+    keep = slot_mapping >= 0
+    slots = slot_mapping[keep].long()
     num_heads, head_dim = key.shape[1:]
-    key_cache.view(-1, num_heads, head_dim)[slots] = to_cache(key, key_cache.dtype, k_scale)
-    value_cache.view(-1, num_heads, head_dim)[slots] = to_cache(value, value_cache.dtype, v_scale)
+    key_cache.view(-1, num_heads, head_dim)[slots] = to_cache(key[keep], key_cache.dtype, k_scale)
+    value_cache.view(-1, num_heads, head_dim)[slots] = to_cache(value[keep], value_cache.dtype, v_scale)
