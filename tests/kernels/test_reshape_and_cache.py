@@ -45,3 +45,20 @@ def test_rejects_mismatched_shapes():
     cache = torch.zeros(3, 16, 2, 128)
     with pytest.raises(ValueError):
         ref_reshape_and_cache(key, key, cache, cache, torch.zeros(4, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_reference_writes_each_token_to_its_slot(padded):
+    """With and without padding slots (-1, skipped), every other token lands in its slot and
+    nothing else changes (the reference skips its boolean mask when there is no padding)."""
+    gen = torch.Generator().manual_seed(int(padded))
+    cache = torch.randn(6, 4, 2, 8, generator=gen)
+    values = torch.randn(5, 2, 8, generator=gen)
+    slots = torch.tensor([3, 17, -1, 0, 22]) if padded else torch.tensor([3, 17, 9, 0, 22])
+    expected = cache.clone().view(-1, 2, 8)
+    for token, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            expected[slot] = values[token]
+    k, v = cache.clone(), cache.clone()
+    ref_reshape_and_cache(values, values, k, v, slots)
+    assert torch.equal(k.view(-1, 2, 8), expected) and torch.equal(v.view(-1, 2, 8), expected)
