@@ -31,6 +31,7 @@ CONFIGS = {
     "bf16": dict(dtype="bfloat16"),
     "int8": dict(dtype="bfloat16", quantization="int8"),
     "int8-fp32": dict(dtype="float32", quantization="int8"),
+    "fp16w": dict(dtype="float32", quantization="fp16"),
     "bf16-kvfp8": dict(dtype="bfloat16", kv_cache_dtype="fp8_e4m3"),
 }
 REPO = Path(__file__).resolve().parent.parent

@@ -29,6 +29,7 @@ CONFIGS = {
     "bf16": dict(dtype="bfloat16"),
     "int8": dict(dtype="bfloat16", quantization="int8"),
     "int8-fp32": dict(dtype="float32", quantization="int8"),
+    "fp16w": dict(dtype="float32", quantization="fp16"),
     "fp32-kv-bf16": dict(dtype="float32", kv_cache_dtype="bfloat16"),
 }
 PROMPTS = ["The Kubernetes operator pattern is", "def fibonacci(n):\n    ",

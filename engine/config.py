@@ -110,8 +110,9 @@ class EngineConfig(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: bfloat16 on CUDA and on CPUs with AVX-512 BF16 or AMX, else float32"
     )
-    quantization: Literal["none", "int8"] = Field(
-        "none", description="int8: linear layers' weights stored as int8 with per-channel scales (weight-only)"
+    quantization: Literal["none", "int8", "fp16"] = Field(
+        "none", description="int8: linear layers' weights stored as int8 with per-channel scales (weight-only); "
+        "fp16: stored as fp16 for fp32 activations on the CPU (fbgemm), for CPUs without BF16"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     tensor_parallel_size: int = Field(

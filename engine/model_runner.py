@@ -24,7 +24,9 @@ from llmop.engine.forward_batch import ForwardBatch
 from llmop.engine.kv_cache import KVCacheSpec, allocate_kv_cache, available_memory
 from llmop.engine.lora.runtime import LoraRuntime
 from llmop.engine.model import build_model
-from llmop.engine.quantization import quantize_int8
+from llmop.engine import fp16_weights
+from llmop.engine.fp16_weights import convert_fp16
+from llmop.engine.quantization import int8_slowdown, quantize_int8
 from llmop.engine.sampler import SampleResult, sample
 from llmop.engine.tp.shard import RankShard, apply_tensor_parallel, rank_config, weight_slice
 
@@ -85,6 +87,12 @@ class ModelRunner:
         if shard.size > 1:
             apply_tensor_parallel(self.model, group)
         self.int8_layers = quantize_int8(self.model, self.dtype) if config.quantization == "int8" else 0
+        if config.quantization == "fp16":
+            if (why := fp16_weights.unsupported_reason(self.device, self.dtype)) is not None:
+                raise ValueError(why)
+            log.info("fp16 weights (fbgemm) in %d linear layers, fp32 activations", convert_fp16(self.model))
+        if self.int8_layers and (why := int8_slowdown(self.device, self.dtype)) is not None:
+            log.warning("%s", why)
         self.backend = get_attention_backend(config.attention_backend, self.device)
         self.lora = (LoraRuntime(self.model, ckpt.config, shard, config.max_loras, config.max_lora_rank,
                                  config.lora_backend, self.device, self.dtype) if config.max_loras > 0 else None)
@@ -161,7 +169,8 @@ def _tensor_bytes(model: torch.nn.Module) -> int:
     """Bytes of the weights: the state dict (parameters and persistent buffers: int8 weights and
     their scales), a tied head once; not the tables derived from the config (RoPE's cos/sin, which
     are non-persistent buffers), which are no weights."""
-    return sum({id(t): t.nbytes for t in model.state_dict(keep_vars=True).values()}.values())
+    tensors = sum({id(t): t.nbytes for t in model.state_dict(keep_vars=True).values()}.values())
+    return tensors + sum(getattr(m, "packed_bytes", 0) for m in model.modules())  # fbgemm's fp16 weights
 
 
 def _no_lora(batch: ForwardBatch):

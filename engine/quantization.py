@@ -49,6 +49,20 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
 
 
+def int8_slowdown(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why int8 weights would make this engine slower rather than faster, None when they pay.
+
+    On the CPU the int8 matmul is fast with 16-bit activations only: with fp32 activations (a CPU
+    without AVX-512 BF16/AMX, where `dtype: auto` is fp32) `torch._weight_int8pack_mm` and the
+    dequantizing fallback are both slower than the fp32 GEMM (`bench/cpu_int8_paths.py`). The
+    engine still runs int8 as asked (the memory saving holds); it says so at start-up."""
+    if device.type == "cpu" and dtype == torch.float32:
+        return ("int8 weights with fp32 activations have no fast CPU kernel: decode will be slower than "
+                "quantization: none on this machine (int8 pays with bf16 activations, on CPUs with "
+                "AVX-512 BF16 or AMX, and on CUDA)")
+    return None
+
+
 def _is_float_linear(module: nn.Module) -> bool:
     return isinstance(module, nn.Linear) and module.weight.is_floating_point()
 

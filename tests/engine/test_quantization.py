@@ -50,3 +50,11 @@ def test_quantizing_after_lora_is_refused(hf_checkpoint_dir):
     apply_lora(model, ckpt.config.num_layers, LoraState(1, 4, get_lora_ops("torch", torch.device("cpu")), torch.device("cpu"), torch.float32))
     with pytest.raises(ValueError, match="quantize before the LoRA pass"):
         quantize_int8(model, torch.float32)
+
+
+def test_int8_says_when_it_cannot_pay():
+    from llmop.engine.quantization import int8_slowdown
+
+    assert "slower" in int8_slowdown(torch.device("cpu"), torch.float32)
+    assert int8_slowdown(torch.device("cpu"), torch.bfloat16) is None
+    assert int8_slowdown(torch.device("cuda"), torch.float32) is None

@@ -1,0 +1,71 @@
+"""fp16 weights with fp32 activations on the CPU (`quantization: fp16`): fbgemm's fp16 GEMM.
+
+Why: a CPU without AVX-512 BF16/AMX runs the engine in fp32 (`dtype: auto`), where decode streams
+4 bytes per weight and int8 has no fast kernel for fp32 activations (`bench/cpu_int8_paths.py`).
+fbgemm (in every x86 torch build) keeps the weights as fp16 in its own packed layout and multiplies
+them into fp32 activations with fp32 accumulation: half the bytes per step, and far more precise
+than bf16 weights (10 mantissa bits against 7). A pass replaces the linear layers in place, like
+int8's: after tensor-parallel sharding, before LoRA (which wraps the result).
+
+torch marks these ops deprecated: `available()` says whether this build still has them, and the
+engine refuses `quantization: fp16` at start-up where it does not (or off the CPU, or with 16-bit
+activations: there the weights are 16-bit already).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+# Deprecated, still the fastest fp32-activation path in torch; one warning per call would flood the log.
+warnings.filterwarnings("ignore", message="fbgemm_.* is deprecated")
+
+
+def available() -> bool:
+    return hasattr(torch, "fbgemm_pack_gemm_matrix_fp16") and torch.backends.cpu.get_cpu_capability() != "DEFAULT"
+
+
+def unsupported_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why `quantization: fp16` cannot run here, None when it can."""
+    if device.type != "cpu" or dtype != torch.float32:
+        return (f"quantization: fp16 (fp16 weights, fp32 activations) runs on the CPU with dtype float32; "
+                f"this engine has {device.type} and {dtype} (use dtype float16/bfloat16 there instead)")
+    if not available():
+        return "quantization: fp16 needs fbgemm's fp16 GEMM, which this torch build lacks"
+    return None
+
+
+class Fp16WeightLinear(nn.Module):
+    """`y = x W^T + b` with W held by fbgemm as packed fp16; `weight` stays a device marker for
+    the passes that read where a layer lives (LoRA), holding no data."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.packed = torch.fbgemm_pack_gemm_matrix_fp16(weight.float().contiguous())
+        self.register_buffer("weight", torch.empty(0, device=weight.device), persistent=False)
+        self.bias = bias
+        self.packed_bytes = 2 * weight.numel()  # fbgemm's own buffer, outside the state dict
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.fbgemm_linear_fp16_weight_fp32_activation(x, self.packed, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, fp16 weights (fbgemm)"
+
+
+@torch.no_grad()
+def convert_fp16(model: nn.Module) -> int:
+    """Replace every float `nn.Linear` (the engine's `Linear` included) by an `Fp16WeightLinear`,
+    in place; returns how many. A tied LM head gets its own fp16 copy (the embedding stays fp32)."""
+    if any(type(m).__name__ == "LoraLinear" for m in model.modules()):
+        raise ValueError("convert before the LoRA pass: LoRA layers wrap the converted weights")
+    targets = [(name, m) for name, m in model.named_modules()
+               if isinstance(m, nn.Linear) and m.weight.is_floating_point()]  # fmt: skip
+    for name, module in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, Fp16WeightLinear(module.weight, module.bias))
+    return len(targets)

@@ -1,0 +1,55 @@
+"""fp16 weights for fp32 activations on the CPU (`quantization: fp16`): every linear layer is
+converted, the embedding stays fp32, greedy tokens stay with HF's fp32 model, and where it cannot
+run (16-bit activations, CUDA) it is refused at start-up rather than ignored."""
+
+import pytest
+import torch
+
+from llmop.engine.sampling_params import SamplingParams
+
+NEW = 16
+
+
+@pytest.fixture(scope="module")
+def fp16_llm():
+    from llmop.engine.llm import LLM
+
+    return LLM(None, dtype="float32", quantization="fp16", kv_cache_memory_bytes=64 << 20,
+               max_num_seqs=8, max_num_batched_tokens=512)
+
+
+def test_every_linear_layer_holds_fp16_weights(fp16_llm):
+    from llmop.engine.fp16_weights import Fp16WeightLinear
+
+    model = fp16_llm.engine.executor.runner.model
+    layers = [m for m in model.modules() if isinstance(m, Fp16WeightLinear)]
+    assert len(layers) == 30 * 7 + 1  # seven projections per decoder layer, and the (tied) LM head
+    assert model.model.embed_tokens.weight.dtype == torch.float32, "the embedding table stays fp32"
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    info = fp16_llm.engine.executor.describe()[0]
+    embedding = model.model.embed_tokens.weight.nbytes
+    assert info.weight_bytes == embedding + sum(2 * m.in_features * m.out_features for m in layers) + sum(
+        p.nbytes for n, p in model.named_parameters() if "norm" in n)  # the packed weights are counted
+
+
+def test_fp16_weight_greedy_tokens_match_hf(fp16_llm, prompt_ids, hf_continuations):
+    outs = fp16_llm.generate(prompt_ids, SamplingParams(max_tokens=NEW, temperature=0.0, ignore_eos=True))
+    ref = [tokens[:NEW] for tokens, _ in hf_continuations]
+    assert all(o.token_ids[0] == r[0] for o, r in zip(outs, ref))
+    same = sum(a == b for o, r in zip(outs, ref) for a, b in zip(o.token_ids, r))
+    assert same >= 0.9 * NEW * len(ref), f"{same} of {NEW * len(ref)} greedy tokens agree with HF fp32"
+
+
+@pytest.mark.parametrize("device,dtype", [("cpu", torch.bfloat16), ("cpu", torch.float16), ("cuda", torch.float32)])
+def test_fp16_weights_are_refused_where_they_cannot_run(device, dtype):
+    from llmop.engine.fp16_weights import unsupported_reason
+
+    assert "quantization: fp16" in unsupported_reason(torch.device(device), dtype)
+    assert unsupported_reason(torch.device("cpu"), torch.float32) is None  # this x86 build has fbgemm
+
+
+def test_the_engine_refuses_fp16_weights_with_bf16_activations():
+    from llmop.engine.llm import LLM
+
+    with pytest.raises(ValueError, match="quantization: fp16"):
+        LLM(None, dtype="bfloat16", quantization="fp16", kv_cache_memory_bytes=16 << 20, max_num_seqs=2)
