@@ -53,3 +53,17 @@ def test_the_engine_refuses_fp16_weights_with_bf16_activations():
 
     with pytest.raises(ValueError, match="quantization: fp16"):
         LLM(None, dtype="bfloat16", quantization="fp16", kv_cache_memory_bytes=16 << 20, max_num_seqs=2)
+
+
+def test_tp3_over_fp16_weights_gives_the_tp1_tokens(fp16_llm, prompt_ids):
+    """Each rank converts its own slices, after sharding."""
+    from llmop.engine.llm import LLM
+
+    params = SamplingParams(max_tokens=NEW, temperature=0.0, ignore_eos=True)
+    want = [list(o.token_ids) for o in fp16_llm.generate(prompt_ids[:3], params)]
+    tp3 = LLM(None, dtype="float32", quantization="fp16", tensor_parallel_size=3, kv_cache_memory_bytes=32 << 20,
+              max_num_seqs=4)
+    try:
+        assert [list(o.token_ids) for o in tp3.generate(prompt_ids[:3], params)] == want
+    finally:
+        tp3.engine.shutdown()
