@@ -80,10 +80,10 @@ def base_of(adapter: dict[str, Any]) -> tuple[str, str] | None:
     return ref.get("namespace") or adapter["metadata"]["namespace"], ref["name"]
 
 
-def pod_path(spec: LLMDeploymentSpec, source: str) -> str | None:
-    """The path of an adapter source inside the base's engine pods, None when they cannot read it:
-    only pvc://<claim>/<path> on one of the base's spec.tenancy.adapterClaims (mounted read-only),
-    with no empty, `.` or `..` segment in <path>."""
+def claim_path(spec: LLMDeploymentSpec, source: str) -> tuple[str, list[str]] | None:
+    """(claim, path segments) of an adapter source the base's engine pods can read, None otherwise:
+    only pvc://<claim>/<path> on one of the base's spec.tenancy.adapterClaims (mounted read-only
+    at PVC_DIR/<claim>), with no empty, `.` or `..` segment in <path>."""
     scheme, _, rest = source.partition("://")
     claim, _, sub = rest.partition("/")
     parts = sub.strip("/").split("/")
@@ -91,7 +91,7 @@ def pod_path(spec: LLMDeploymentSpec, source: str) -> str | None:
         return None
     if any(p in ("", ".", "..") for p in parts):  # no way out of the claim, one spelling per path
         return None
-    return "/".join([PVC_DIR, claim, *parts])
+    return claim, parts
 
 
 def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[str, str] | None,
@@ -127,17 +127,17 @@ def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[s
                           f"evaluate (it watches given namespaces and may not read Namespace labels); "
                           f"list {ns} in spec.tenancy.namespaces instead")
         return refuse(BindReason.NOT_GRANTED, f"{where} does not grant namespace {ns} (spec.tenancy)")
-    path = pod_path(base, spec.source)
-    if path is None:
+    located = claim_path(base, spec.source)
+    if located is None:
         claims = ", ".join(base.tenancy.adapter_claims) or "none"
         return refuse(BindReason.UNSUPPORTED_SOURCE,
                       f"the engine pods of {where} read adapters only from pvc://<claim>/<path> on its "
                       f"spec.tenancy.adapterClaims ({claims}), with no '.', '..' or empty segment in the path; "
                       f"{spec.source!r} is not one")
+    claim, parts = located
     root = None
     if base.tenancy.adapter_claim_layout is ClaimLayout.PER_NAMESPACE:
-        claim, _, sub = spec.source.partition("://")[2].partition("/")
-        if sub.split("/")[0] != ns or sub.rstrip("/") == ns:
+        if parts[0] != ns or len(parts) == 1:  # under <claim>/<ns>/, not the directory itself
             return refuse(BindReason.OUTSIDE_NAMESPACE_DIRECTORY,
                           f"{where} keeps each tenant's adapters in its own directory "
                           f"(spec.tenancy.adapterClaimLayout PerNamespace): the source must be "
@@ -148,4 +148,5 @@ def bind(adapter: dict[str, Any], base: LLMDeploymentSpec | None, labels: dict[s
                       f"{where} does not let tenants pin adapters (spec.tenancy.allowPinned): a pinned adapter "
                       "holds a device slot every other tenant then waits for")
     return Binding(ns, name, ref, BindReason.GRANTED, f"bound to {where}",
-                   ManifestEntry(model_id(ns, name), path, spec.pinned, root, spec.rank, spec.alpha))
+                   ManifestEntry(model_id(ns, name), "/".join([PVC_DIR, claim, *parts]), spec.pinned, root,
+                                 spec.rank, spec.alpha))
