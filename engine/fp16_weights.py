@@ -19,6 +19,8 @@ import warnings
 import torch
 from torch import nn
 
+from llmop.engine.quantization import replace_float_linears
+
 # Deprecated, still the fastest fp32-activation path in torch; one warning per call would flood the log.
 warnings.filterwarnings("ignore", message="fbgemm_.* is deprecated")
 
@@ -38,16 +40,15 @@ def unsupported_reason(device: torch.device, dtype: torch.dtype) -> str | None:
 
 
 class Fp16WeightLinear(nn.Module):
-    """`y = x W^T + b` with W held by fbgemm as packed fp16; `weight` stays a device marker for
-    the passes that read where a layer lives (LoRA), holding no data."""
+    """`y = x W^T + b` with W held by fbgemm as packed fp16 (`packed_bytes` of it, outside the
+    state dict)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.packed = torch.fbgemm_pack_gemm_matrix_fp16(weight.float().contiguous())
-        self.register_buffer("weight", torch.empty(0, device=weight.device), persistent=False)
+        self.packed_bytes = 2 * weight.numel()
         self.bias = bias
-        self.packed_bytes = 2 * weight.numel()  # fbgemm's own buffer, outside the state dict
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.fbgemm_linear_fp16_weight_fp32_activation(x, self.packed, self.bias)
@@ -57,15 +58,9 @@ class Fp16WeightLinear(nn.Module):
 
 
 @torch.no_grad()
-def convert_fp16(model: nn.Module) -> int:
-    """Replace every float `nn.Linear` (the engine's `Linear` included) by an `Fp16WeightLinear`,
-    in place; returns how many. A tied LM head gets its own fp16 copy (the embedding stays fp32)."""
-    if any(type(m).__name__ == "LoraLinear" for m in model.modules()):
-        raise ValueError("convert before the LoRA pass: LoRA layers wrap the converted weights")
-    targets = [(name, m) for name, m in model.named_modules()
-               if isinstance(m, nn.Linear) and m.weight.is_floating_point()]  # fmt: skip
-    for name, module in targets:
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, Fp16WeightLinear(module.weight, module.bias))
-    return len(targets)
+def convert_fp16(model: nn.Module, device: torch.device, dtype: torch.dtype) -> int:
+    """Replace every float linear layer by an `Fp16WeightLinear`, in place; returns how many.
+    ValueError where it cannot run (`unsupported_reason`)."""
+    if (why := unsupported_reason(device, dtype)) is not None:
+        raise ValueError(why)
+    return replace_float_linears(model, lambda m: Fp16WeightLinear(m.weight, m.bias))

@@ -24,7 +24,6 @@ from llmop.engine.forward_batch import ForwardBatch
 from llmop.engine.kv_cache import KVCacheSpec, allocate_kv_cache, available_memory
 from llmop.engine.lora.runtime import LoraRuntime
 from llmop.engine.model import build_model
-from llmop.engine import fp16_weights
 from llmop.engine.fp16_weights import convert_fp16
 from llmop.engine.quantization import int8_slowdown, quantize_int8
 from llmop.engine.sampler import SampleResult, sample
@@ -88,9 +87,8 @@ class ModelRunner:
             apply_tensor_parallel(self.model, group)
         self.int8_layers = quantize_int8(self.model, self.dtype) if config.quantization == "int8" else 0
         if config.quantization == "fp16":
-            if (why := fp16_weights.unsupported_reason(self.device, self.dtype)) is not None:
-                raise ValueError(why)
-            log.info("fp16 weights (fbgemm) in %d linear layers, fp32 activations", convert_fp16(self.model))
+            log.info("fp16 weights (fbgemm) in %d linear layers, fp32 activations",
+                     convert_fp16(self.model, self.device, self.dtype))
         if self.int8_layers and (why := int8_slowdown(self.device, self.dtype)) is not None:
             log.warning("%s", why)
         self.backend = get_attention_backend(config.attention_backend, self.device)

@@ -17,6 +17,8 @@ on CUDA; `ref_int8_matmul` is the torch reference both are tested against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -63,21 +65,23 @@ def int8_slowdown(device: torch.device, dtype: torch.dtype) -> str | None:
     return None
 
 
-def _is_float_linear(module: nn.Module) -> bool:
-    return isinstance(module, nn.Linear) and module.weight.is_floating_point()
+def replace_float_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> int:
+    """Replace every float `nn.Linear` (the engine's `Linear` included) by `make(layer)`, in place;
+    returns how many. The weight passes (int8 here, fp16 weights in `fp16_weights`) run after
+    tensor-parallel sharding and before LoRA, which wraps what they leave: a model the LoRA pass
+    was applied to is refused. A tied LM head gets its own converted copy (the table stays float)."""
+    if any(type(m).__name__ == "LoraLinear" for m in model.modules()):
+        raise ValueError("apply weight passes before the LoRA pass: LoRA layers wrap the converted weights")
+    targets = [(name, m) for name, m in model.named_modules()
+               if isinstance(m, nn.Linear) and m.weight.is_floating_point()]  # fmt: skip
+    for name, module in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, attr, make(module))
+    return len(targets)
 
 
 @torch.no_grad()
 def quantize_int8(model: nn.Module, dtype: torch.dtype) -> int:
-    """Replace every float `nn.Linear` (the engine's `Linear` included) by an `Int8Linear`, in place;
-    returns how many were replaced. Refuses a model the LoRA pass was applied to (LoRA wraps the
-    quantized layers, not the other way round)."""
-    targets = [(name, m) for name, m in model.named_modules() if _is_float_linear(m)]
-    if any(type(m).__name__ == "LoraLinear" for m in model.modules()):
-        raise ValueError("quantize before the LoRA pass: LoRA layers wrap the quantized weights")
-    for name, module in targets:
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        # A tied head shares the embedding's parameter; quantizing copies it (the table stays float).
-        setattr(parent, attr, Int8Linear.from_float(module.weight, module.bias, dtype))
-    return len(targets)
+    """Replace every float linear layer by an `Int8Linear`, in place; returns how many."""
+    return replace_float_linears(model, lambda m: Int8Linear.from_float(m.weight, m.bias, dtype))

@@ -25,7 +25,7 @@ class LoraState:
     """What every LoRA layer reads during a forward pass; `runtime.LoraRuntime` sets `batch` for each step."""
 
     def __init__(self, num_slots: int, max_rank: int, ops: LoraOps, device: torch.device, dtype: torch.dtype):
-        self.num_slots, self.max_rank, self.ops, self.dtype = num_slots, max_rank, ops, dtype
+        self.num_slots, self.max_rank, self.ops, self.dtype, self.device = num_slots, max_rank, ops, dtype, device
         self.scaling = torch.zeros(num_slots, dtype=torch.float32, device=device)
         self.slot_rank = [0] * num_slots
         self.slot_scaling = [0.0] * num_slots  # host copy of `scaling`, for the per-step plan
@@ -40,16 +40,11 @@ class LoraLinear(nn.Module):
         self.base = base
         self.in_features, self.out_features = base.in_features, base.out_features
         self.state = state
-        kw = dict(dtype=state.dtype, device=base.weight.device)
+        kw = dict(dtype=state.dtype, device=state.device)
         self.register_buffer("lora_a", torch.zeros(state.num_slots, state.max_rank, self.in_features, **kw),
                              persistent=False)
         self.register_buffer("lora_b_t", torch.zeros(state.num_slots, state.max_rank, self.out_features, **kw),
                              persistent=False)
-
-    @property
-    def weight(self) -> torch.Tensor:
-        """The base layer's weight (float, or int8 with per-channel scales)."""
-        return self.base.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)

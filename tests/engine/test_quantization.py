@@ -37,7 +37,7 @@ def test_int8_greedy_tokens_stay_close_to_hf(int8_llm, prompt_ids, hf_continuati
     assert same >= 0.7 * NEW * len(ref), f"{same} of {NEW * len(ref)} greedy tokens agree with HF fp32"
 
 
-def test_quantizing_after_lora_is_refused(hf_checkpoint_dir):
+def test_weight_passes_after_lora_are_refused(hf_checkpoint_dir):
     from llmop.engine.lora.layers import LoraState, apply_lora
     from llmop.engine.lora.ops import get_lora_ops
     from llmop.engine.quantization import quantize_int8
@@ -48,8 +48,12 @@ def test_quantizing_after_lora_is_refused(hf_checkpoint_dir):
     ckpt = open_checkpoint(str(hf_checkpoint_dir))
     model = build_model(ckpt.config, load_state_dict(ckpt, torch.float32), torch.float32, torch.device("cpu"), 64)
     apply_lora(model, ckpt.config.num_layers, LoraState(1, 4, get_lora_ops("torch", torch.device("cpu")), torch.device("cpu"), torch.float32))
-    with pytest.raises(ValueError, match="quantize before the LoRA pass"):
+    with pytest.raises(ValueError, match="before the LoRA pass"):
         quantize_int8(model, torch.float32)
+    from llmop.engine.fp16_weights import convert_fp16
+
+    with pytest.raises(ValueError, match="before the LoRA pass"):  # the same pass machinery
+        convert_fp16(model, torch.device("cpu"), torch.float32)
 
 
 def test_int8_says_when_it_cannot_pay():
