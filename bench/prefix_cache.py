@@ -65,6 +65,15 @@ def random_ids(rng, n, vocab=49152):
     return [rng.randrange(100, vocab) for _ in range(n)]
 
 
+def random_requests(rng: random.Random, n: int) -> list:
+    """The bench/throughput.py workload: prompts of 32-512 random tokens, Pareto outputs capped at 128."""
+    from llmop.engine.sampling_params import SamplingParams
+
+    return [(random_ids(rng, rng.randint(32, 512)),
+             SamplingParams(max_tokens=max(1, min(128, int(20 * (1 - rng.random()) ** (-1 / 1.5)))),
+                            temperature=0.0, ignore_eos=True)) for _ in range(n)]  # fmt: skip
+
+
 def shared_system_prompt(on, off, n_questions: int, system_tokens: int) -> dict:
     from llmop.engine.sampling_params import SamplingParams
 
@@ -93,16 +102,9 @@ def shared_system_prompt(on, off, n_questions: int, system_tokens: int) -> dict:
 
 
 def no_common_prefix(on, off, rounds: int, n: int) -> dict:
-    from llmop.engine.sampling_params import SamplingParams
-
     per_round = []
     for r in range(-1, rounds):  # round -1 warms both engines up on these shapes (Triton compiles) and is dropped
-        rng = random.Random(1000 + r)
-        reqs = []
-        for _ in range(n):
-            olen = min(128, int(20 * (1 - rng.random()) ** (-1 / 1.5)))
-            reqs.append((random_ids(rng, rng.randint(32, 512)), SamplingParams(max_tokens=max(1, olen),
-                                                                               temperature=0.0, ignore_eos=True)))
+        reqs = random_requests(random.Random(1000 + r), n)
         order = (("on", on), ("off", off)) if r % 2 == 0 else (("off", off), ("on", on))
         res = {name: drive(eng, reqs, f"rand{r}-{name}") for name, eng in order}
         assert res["on"]["cached"] == 0
@@ -123,12 +125,7 @@ def caching_share(eng, n: int, seed: int = 999) -> dict:
     import cProfile
     import pstats
 
-    from llmop.engine.sampling_params import SamplingParams
-
-    rng = random.Random(seed)
-    reqs = [(random_ids(rng, rng.randint(32, 512)),
-             SamplingParams(max_tokens=max(1, min(128, int(20 * (1 - rng.random()) ** (-1 / 1.5)))),
-                            temperature=0.0, ignore_eos=True)) for _ in range(n)]  # fmt: skip
+    reqs = random_requests(random.Random(seed), n)
     prof = cProfile.Profile()
     prof.enable()
     drive(eng, reqs, "profiled")
