@@ -3,7 +3,8 @@ writes the adapter manifest its pods load at start-up, loads and unloads adapter
 through their admin API, and writes every adapter's status (and the base's adapter count).
 
 Level-based like the reconciler: every trigger (an LLMAdapter created, changed or deleted, the base
-changed or deleted, the placement daemon every few seconds) runs the same pass, which converges however often it runs.
+changed or deleted, the placement daemon every few seconds) runs the same pass, which converges
+however often it runs.
 Deciding is done by the pure functions of `binding`, `pod_sync` and `status`; this is the I/O.
 """
 
@@ -58,14 +59,12 @@ class PlacementOutcome:
 class AdapterPlacer:
     """Places LLMAdapters on engine pods; one pass per base at a time, from any thread."""
 
-    def __init__(self, kube: Kube, namespaces: tuple[str, ...] = (), connect: Connect = EngineAdmin,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, kube: Kube, namespaces: tuple[str, ...] = (), connect: Connect = EngineAdmin):
         self.kube = kube
         self.namespaces = namespaces  # the operator watches only these (empty: all)
         self.connect = connect
         self._passes = Coalescer()
         self._pods: dict[str, _PodMemory] = {}  # by pod uid
-        self.clock = clock
 
     @classmethod
     def beside(cls, operator_kube: Kube, namespaces: tuple[str, ...] = ()) -> "AdapterPlacer":
@@ -152,7 +151,7 @@ class AdapterPlacer:
                 continue
             admin = self.connect(pod["status"]["podIP"], spec.engine.admin_port, token)
             memory = self._pods.setdefault(pod["metadata"].get("uid", pod_name), _PodMemory())
-            now = self.clock()
+            now = time.monotonic()
             states, tried, n_unload = _sync_one(admin, desired, memory.resolved, pod_name,
                                                 retries.held(memory.failures, desired, now))
             memory.failures = retries.after_pass(memory.failures, desired, states, tried, now)
