@@ -72,8 +72,11 @@ def auto_dtype(device: torch.device, features: CpuFeatures | None = None) -> tup
     return torch.float32, f"CPU without AVX-512 BF16 or AMX ({feats.describe()}): bf16 would be emulated"
 
 
-def resolve_dtype(name: str, device: torch.device) -> tuple[torch.dtype, str]:
-    """(dtype, reason): `auto` by capability, else the named dtype."""
+def resolve_dtype(name: str, device: torch.device, quantization: str = "none") -> tuple[torch.dtype, str]:
+    """(dtype, reason): `auto` by capability, else the named dtype. fp16 weights multiply into fp32
+    activations, so `auto` with `quantization: fp16` on the CPU is fp32 whatever the CPU has."""
+    if name == "auto" and quantization == "fp16" and device.type == "cpu":
+        return torch.float32, "quantization fp16: fp16 weights compute with fp32 activations"
     if name == "auto":
         return auto_dtype(device)
     if name not in DTYPES:

@@ -75,7 +75,7 @@ class LLMEngine:
         self.config = config
         t0 = time.monotonic()
         self.device = resolve_device(config.device)
-        self.dtype, dtype_reason = resolve_dtype(config.dtype, self.device)
+        self.dtype, dtype_reason = resolve_dtype(config.dtype, self.device, config.quantization)
         log.info("dtype %s (%s: %s)", str(self.dtype).removeprefix("torch."), config.dtype, dtype_reason)
         self.kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, self.dtype,
                                          resolve_attention_backend(config.attention_backend, self.device))

@@ -75,7 +75,7 @@ class ModelRunner:
         self.device = rank_device(resolve_device(config.device), shard)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        self.dtype, _ = resolve_dtype(config.dtype, self.device)
+        self.dtype, _ = resolve_dtype(config.dtype, self.device, config.quantization)
         ckpt = open_checkpoint(config.model)
         self.full_config = ckpt.config
         self.model_config = rank_config(ckpt.config, shard.size)

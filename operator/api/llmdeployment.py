@@ -7,9 +7,9 @@ NetworkPolicy.
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from llmop.operator.api.accelerator import AcceleratorSpec
+from llmop.operator.api.accelerator import AcceleratorSpec, AcceleratorType
 from llmop.operator.api.base import CRDModel, cel
 from llmop.operator.api.engine import EngineSpec, RolloutSpec
 from llmop.operator.api.kvcache import KVCacheSpec
@@ -28,6 +28,8 @@ PLURAL = "llmdeployments"
 SINGULAR = "llmdeployment"
 SHORT_NAMES = ["llmd"]
 API_VERSION = f"{GROUP}/{VERSION}"
+FP16_ON_CPU_ONLY = ("model.quantization fp16 (fp16 weights, fp32 activations) runs on the CPU only: set "
+                    "accelerator.type cpu, or use int8 or a 16-bit dtype on GPUs")
 
 
 class LLMDeploymentSpec(CRDModel):
@@ -45,6 +47,12 @@ class LLMDeploymentSpec(CRDModel):
                 "!has(self.rollout) || self.rollout.maxSurge > 0 || self.rollout.maxUnavailable > 0",
                 "rollout.maxSurge and rollout.maxUnavailable cannot both be 0",
                 ".rollout",
+            ),
+            (
+                "!has(self.model) || !has(self.model.quantization) || self.model.quantization != 'fp16'"
+                " || (has(self.accelerator) && has(self.accelerator.type) && self.accelerator.type == 'cpu')",
+                FP16_ON_CPU_ONLY,
+                ".model.quantization",
             ),
         )
     }
@@ -92,6 +100,13 @@ class LLMDeploymentSpec(CRDModel):
             "(Calico, Cilium, ...); policies add up, so another NetworkPolicy may admit more."
         ),
     )
+
+
+    @model_validator(mode="after")
+    def _fp16_on_cpu(self) -> "LLMDeploymentSpec":  # the CEL rule's mirror
+        if self.model.quantization == "fp16" and self.accelerator.type is not AcceleratorType.CPU:
+            raise ValueError(FP16_ON_CPU_ONLY)
+        return self
 
 
 class LLMDeploymentStatus(LLMDeploymentStatusBase):

@@ -15,7 +15,7 @@ from llmop.operator.api.base import CRDModel, cel
 SOURCE_PATTERN = r"^(hf://[^/\s]+/[^/\s@]+(@[^\s]+)?|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^\s]*)?|s3://[^/\s]+(/[^\s]*)?|/[^\s]*)$"
 
 WeightDType = Literal["float32", "bfloat16", "float16", "fp8", "int8", "int4"]
-Quantization = Literal["none", "int8"]
+Quantization = Literal["none", "int8", "fp16"]
 
 
 class ArchitectureSpec(CRDModel):
@@ -86,7 +86,9 @@ class ModelSpec(CRDModel):
         description=(
             "int8: the engine stores the linear layers' weights as int8 with per-channel scales "
             "(quantized at load from the checkpoint's weights, GGUF Q8_0 included, which is dequantized first) "
-            "and sizing counts one byte per weight."
+            "and sizing counts one byte per weight. fp16 (accelerator.type cpu only): the linear layers' weights "
+            "as fp16 multiplied into fp32 activations (fbgemm), for CPUs without BF16; sizing counts two bytes "
+            "per such weight and fp32 for the embedding and the KV cache."
         ),
     )
 

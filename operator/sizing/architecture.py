@@ -9,6 +9,7 @@ from typing import Any
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "int8": 1, "int4": 0.5,
 }  # fmt: skip
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class Architecture:
     intermediate_size: int | None = None
     vocab_size: int | None = None
     tie_word_embeddings: bool = False
+    # The float dtype the model computes in (and keeps its embedding and KV cache in) when it is not
+    # `dtype`'s: fp32 under fp16 weights (quantization fp16). None: `dtype` if a float, else bf16.
+    activation_dtype: str | None = None
 
     @property
     def weight_bytes(self) -> int:
@@ -39,7 +43,8 @@ class Architecture:
         decoder layers' linear weights t ways and replicates the norms, the embedding (both kept in
         the activations' float dtype even with int8 weights) and the LM head (at the serving dtype;
         a tied head is the embedding itself, or its int8 copy when the weights are int8); int8
-        weights add their scales (`scale_bytes_per_gpu`). Without the vocabulary and hidden sizes:
+        weights add their scales (`scale_bytes_per_gpu`); fp16 weights over fp32 activations count
+        like int8's, at two bytes and without scales. Without the vocabulary and hidden sizes:
         all weights / t."""
         if self.vocab_size is None or self.hidden_size is None:
             return math.ceil(self.weight_bytes / t)
@@ -56,7 +61,7 @@ class Architecture:
         every linear layer, the LM head's included, in the float dtype. 0 for float weights, or
         without the sizes needed to count them."""
         float_dtype = self.kv_dtype("auto")
-        if self.dtype == float_dtype or None in (self.hidden_size, self.intermediate_size, self.vocab_size):
+        if self.dtype in FLOAT_DTYPES or None in (self.hidden_size, self.intermediate_size, self.vocab_size):
             return 0
         kv_ranks = min(t, self.kv_heads)  # past the KV head count each rank keeps whole KV heads
         column = (self.attention_heads * self.head_dim / t + 2 * self.kv_heads * self.head_dim / kv_ranks
@@ -65,10 +70,10 @@ class Architecture:
         return int(math.ceil((self.layers * (column + row) + self.vocab_size) * DTYPE_BYTES[float_dtype]))
 
     def kv_dtype(self, requested: str = "auto") -> str:
-        """The KV cache dtype: as requested, or the weights' dtype when that is a float type."""
+        """The KV cache dtype: as requested, else the activations' (the weights' when they are floats)."""
         if requested != "auto":
             return requested
-        return self.dtype if self.dtype in ("float32", "bfloat16", "float16") else "bfloat16"
+        return self.activation_dtype or (self.dtype if self.dtype in FLOAT_DTYPES else "bfloat16")
 
     def kv_bytes_per_token(self, kv_dtype: str = "auto") -> int:
         """K and V, every layer, every KV head: 2 × layers × kv_heads × head_dim × dtype bytes."""

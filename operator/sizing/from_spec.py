@@ -22,7 +22,7 @@ from llmop.operator.sizing.plan import SizingError, SizingPlan, SizingReason, Si
 
 
 def architecture_for(spec: LLMDeploymentSpec) -> Architecture:
-    """The architecture sizing uses (weights at one byte with int8 quantization); SizingError
+    """The architecture sizing uses (weights as quantization stores them: `_served`); SizingError
     (ArchitectureUnknown) when there is none."""
     model = spec.model
     found = _resolve(model.architecture, model.source, model.name)
@@ -61,8 +61,13 @@ def _resolve(declared: ArchitectureSpec | None, source: str | None, name: str | 
 
 
 def _served(arch: Architecture, spec: LLMDeploymentSpec) -> Architecture:
-    """The weights as the engine holds them: one byte each with int8 quantization (the draft's too)."""
-    return dataclasses.replace(arch, dtype="int8") if spec.model.quantization == "int8" else arch
+    """The weights as the engine holds them (the draft's too): one byte each with int8
+    quantization; two with fp16, over fp32 activations."""
+    if spec.model.quantization == "int8":
+        return dataclasses.replace(arch, dtype="int8")
+    if spec.model.quantization == "fp16":
+        return dataclasses.replace(arch, dtype="float16", activation_dtype="float32")
+    return arch
 
 
 def _unknown(source: str | None, field: str) -> str:

@@ -28,3 +28,11 @@ def test_auto_is_bf16_only_where_the_cpu_runs_it_natively():
 def test_a_named_dtype_is_taken_as_is():
     assert resolve_dtype("float16", torch.device("cpu")) == (torch.float16, "configured")
     assert resolve_dtype("float32", torch.device("cuda"))[0] == torch.float32
+
+
+def test_auto_with_fp16_weights_is_fp32_on_any_cpu():
+    """fp16 weights multiply into fp32 activations: `auto` must not pick bf16 on a BF16 CPU (the
+    engine would then refuse the quantization the operator rendered)."""
+    assert resolve_dtype("auto", torch.device("cpu"), "fp16")[0] == torch.float32
+    assert resolve_dtype("bfloat16", torch.device("cpu"), "fp16")[0] == torch.bfloat16  # named: refused later
+    assert resolve_dtype("auto", torch.device("cuda"), "fp16")[0] == torch.bfloat16

@@ -123,7 +123,8 @@ DRAFT_SPEC: dict[str, Any] = {
     **SPEC, "parallelism": {"tensor": 1}, "accelerator": {**SPEC["accelerator"], "memoryPerGPU": "448Mi"},
     "engine": {**SPEC["engine"], "speculative": {
         "method": "draft", "draftModel": f"pvc://models/smollm2-first-{DRAFT_LAYERS}-layers", "numTokens": 3,
-        "maxBatchSize": 2, "draftArchitecture": ArchitectureSpec(**dataclasses.asdict(DRAFT_ARCHITECTURE)).wire()}},
+        "maxBatchSize": 2, "draftArchitecture": ArchitectureSpec(**{
+            k: v for k, v in dataclasses.asdict(DRAFT_ARCHITECTURE).items() if k in ArchitectureSpec.model_fields}).wire()}},
 }  # fmt: skip
 ADAPTER = {"name": "tone", "source": "pvc://adapters/tone", "pinned": True}  # only where int8 meets LoRA
 
@@ -482,6 +483,30 @@ def test_int8_weights_with_an_adapter_generate(adapter_dirs):
     finally:
         eng.shutdown()
     assert len(base) == len(tuned) == 4 and base != tuned
+
+
+def test_fp16_weights_on_a_cpu_accelerator_run_as_sized():
+    """quantization fp16 on `accelerator.type: cpu`: rendered with fp32 KV (the activations' dtype),
+    the engine computes in fp32 whatever `auto` would pick, holds at most the weight bytes sizing
+    counted (fp16 layers, fp32 embedding) and exactly the KV blocks planned."""
+    spec = LLMDeploymentSpec.model_validate({
+        **SPEC, "model": {**SPEC["model"], "quantization": "fp16"}, "parallelism": {"tensor": 1},
+        "accelerator": {**SPEC["accelerator"], "type": "cpu", "memoryPerGPU": "640Mi"},
+        "kvCache": {k: v for k, v in SPEC["kvCache"].items() if k != "dtype"}})
+    plan = plan_for(spec)
+    rendered = engine_config(spec, NAME, plan, sources_for(spec, Settings()))
+    assert (rendered.quantization, rendered.kv_cache_dtype, rendered.dtype, rendered.device) == (
+        "fp16", "float32", "auto", "cpu")
+    eng = LLMEngine(rendered.model_copy(update={"model": str(embedded_model_path())}))
+    try:
+        (rank,) = eng.executor.describe()
+        assert (rank.dtype, eng.kv_spec.num_blocks) == ("float32", plan.kv_blocks)
+        assert 0.9 * plan.chosen.weights_bytes <= rank.weight_bytes <= plan.chosen.weights_bytes
+        assert len([t for o in run(eng, tokens(12, 6000), 4) for t in o.new_token_ids]) == 4
+    finally:
+        eng.shutdown()
+    with pytest.raises(ValueError, match="runs on the CPU only"):
+        LLMDeploymentSpec.model_validate({**SPEC, "model": {**SPEC["model"], "quantization": "fp16"}})
 
 
 # --- method draft: the draft model in the pod and on the GPU ---------------------------------------------

@@ -1,4 +1,7 @@
-"""spec.model.quantization: sizing counts one byte per weight and the engine is told to quantize."""
+"""spec.model.quantization: sizing counts the bytes the engine holds, and the engine is told to quantize."""
+
+import pytest
+from pydantic import ValidationError
 
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
 from llmop.operator.build.engine_config import engine_config
@@ -8,10 +11,10 @@ from llmop.operator.sizing.from_spec import plan_for
 NO_SOURCES = Sources(model=None, adapters=(), init_containers=(), claims=())
 
 
-def _spec(quantization: str) -> LLMDeploymentSpec:
+def _spec(quantization: str, accelerator: str = "gpu") -> LLMDeploymentSpec:
     return LLMDeploymentSpec.model_validate({
         "model": {"source": "hf://meta-llama/Meta-Llama-3-8B-Instruct", "quantization": quantization},
-        "accelerator": {"memoryPerGPU": "24Gi"}, "kvCache": {"budgetTokens": 8192},
+        "accelerator": {"memoryPerGPU": "24Gi", "type": accelerator}, "kvCache": {"budgetTokens": 8192},
     })
 
 
@@ -29,3 +32,19 @@ def test_int8_weights_are_sized_at_one_byte_and_rendered():
     cfg = engine_config(_spec("int8"), "llama", int8, NO_SOURCES)
     assert cfg.quantization == "int8" and cfg.kv_cache_dtype == "bfloat16"
     assert engine_config(_spec("none"), "llama", plain, NO_SOURCES).quantization == "none"
+
+
+def test_fp16_weights_are_sized_at_two_bytes_over_fp32_activations():
+    plain, fp16 = plan_for(_spec("none", "cpu")), plan_for(_spec("fp16", "cpu"))
+    params = plain.request.architecture.parameters
+    table, norms = 128256 * 4096, (2 * 32 + 1) * 4096
+    # linear layers (the untied head included) at two bytes, no scales; embedding and norms in fp32
+    assert fp16.chosen.weights_bytes == 2 * (params - table - norms) + 4 * (table + norms)
+    assert fp16.request.kv_bytes_per_token == 2 * plain.request.kv_bytes_per_token, "KV in fp32"
+    cfg = engine_config(_spec("fp16", "cpu"), "llama", fp16, NO_SOURCES)
+    assert (cfg.quantization, cfg.kv_cache_dtype, cfg.device) == ("fp16", "float32", "cpu")
+
+
+def test_fp16_weights_are_refused_on_gpus():
+    with pytest.raises(ValidationError, match="runs on the CPU only"):
+        _spec("fp16")
