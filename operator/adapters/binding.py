@@ -33,6 +33,7 @@ class BindReason(StrEnum):
     OUTSIDE_NAMESPACE_DIRECTORY = "OutsideNamespaceDirectory"
     BASE_NOT_WATCHED = "BaseNotWatched"  # the operator watches given namespaces; the base is in none
     SELECTOR_NOT_EVALUATED = "SelectorNotEvaluated"  # ... and may not read namespace labels
+    QUOTA_EXCEEDED = "QuotaExceeded"  # the base has no place left for it (quota.py)
 
 
 @dataclass(frozen=True)

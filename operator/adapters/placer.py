@@ -5,7 +5,7 @@ through their admin API, and writes every adapter's status (and the base's adapt
 Level-based like the reconciler: every trigger (an LLMAdapter created, changed or deleted, the base
 changed or deleted, the placement daemon every few seconds) runs the same pass, which converges
 however often it runs.
-Deciding is done by the pure functions of `binding`, `pod_sync` and `status`; this is the I/O.
+Deciding is done by the pure functions of `binding`, `quota`, `pod_sync` and `status`; this is the I/O.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from llmop.operator.adapters import retries
 from llmop.operator.adapters.binding import Binding, ManifestEntry, base_of, bind
 from llmop.operator.adapters.engine_admin import AdminError, EngineAdmin
 from llmop.operator.adapters.pod_sync import AdapterOnPod, sync_plan
+from llmop.operator.adapters.quota import within_quota
 from llmop.operator.adapters.status import adapter_status, base_adapters, changed, transitions
 from llmop.operator.api import llmadapter
 from llmop.operator.api.conditions import is_true
@@ -84,7 +85,8 @@ class AdapterPlacer:
         adapters = [a for a in self._adapters() if base_of(a) == (namespace, name)
                     and not a["metadata"].get("deletionTimestamp")]  # fmt: skip
         labels = self._labels(namespace, spec, {a["metadata"]["namespace"] for a in adapters})
-        bindings = [bind(a, spec, labels.get(a["metadata"]["namespace"], {}), self.namespaces) for a in adapters]
+        alone = [bind(a, spec, labels.get(a["metadata"]["namespace"], {}), self.namespaces) for a in adapters]
+        bindings = within_quota(adapters, alone, spec.tenancy if spec else None)
         desired = {b.entry.name: b.entry for b in bindings if b.entry is not None}
         pods: dict[str, dict[str, AdapterOnPod]] = {}
         loads = unloads = 0

@@ -1,9 +1,10 @@
 """`spec.tenancy` of an LLMDeployment: which namespaces may bring their own LoRA adapters to it.
 
 Platform teams run one base model for many tenants. A tenant's `LLMAdapter` (in its own namespace)
-binds to a base only when the base grants that namespace: its own namespace always, others by name
-or by a namespace label selector. Absent `tenancy`, the base takes no LLMAdapters at all (its pods
-then have no admin listener for the operator to load them through).
+binds to a base only when the base grants that namespace (its own namespace always, others by name
+or by a namespace label selector) and has a place for it (its adapter quotas). Absent `tenancy`,
+the base takes no LLMAdapters at all (its pods then have no admin listener for the operator to load
+them through).
 """
 
 from __future__ import annotations
@@ -73,5 +74,21 @@ class TenancySpec(CRDModel):
             "Shared: a granted tenant may load any path on the adapterClaims. PerNamespace: a tenant's source must be "
             "pvc://<claim>/<its namespace>/<path> (else Bound=False, OutsideNamespaceDirectory), and the engine "
             "refuses a source that leads out of that directory through a symlink."
+        ),
+    )
+    max_adapters: int | None = Field(
+        None, ge=0,
+        description=(
+            "At most this many LLMAdapters bound to this base (absent: as many as the adapter manifest ConfigMap "
+            "holds, about 1 MiB of entries, a few thousand). Places go first come first served (oldest "
+            "metadata.creationTimestamp, then namespace/name), and a bound adapter keeps its place while it exists; "
+            "the others get Bound=False, QuotaExceeded until a place frees up. 0: none."
+        ),
+    )
+    max_adapters_per_namespace: int | None = Field(
+        None, ge=1,
+        description=(
+            "At most this many LLMAdapters from any one namespace bound to this base (absent: no per-namespace "
+            "limit), so one tenant cannot take every place; the others get Bound=False, QuotaExceeded."
         ),
     )

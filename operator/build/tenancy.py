@@ -50,6 +50,19 @@ def manifest_config_map(owner: Owner, entries: list[dict[str, Any]]) -> dict[str
             "data": {MANIFEST_FILE: text}}  # fmt: skip
 
 
+def manifest_entry_bytes(entry: dict[str, Any]) -> int:
+    """What one entry adds to the manifest's text (`manifest_config_map`: indented two levels deep,
+    and its separator), so placement can fill the ConfigMap without rendering it once per entry."""
+    text = json.dumps(entry, indent=1, sort_keys=True)  # ASCII: characters are bytes
+    return len(text) + 2 * (text.count("\n") + 1) + len(",\n")
+
+
+# The API server refuses a ConfigMap whose data (keys and values) exceeds 1 MiB; the text around
+# the entries ('{"adapters": [...]}', indented: about 35 bytes) takes the last 64.
+MANIFEST_LIMIT = 1024 * 1024
+MANIFEST_ROOM = MANIFEST_LIMIT - len(MANIFEST_FILE) - 64
+
+
 def manifest_volume(owner: Owner) -> dict[str, Any]:
     """Optional: a pod may start before placement wrote the ConfigMap (no file = no adapters)."""
     return {"name": MANIFEST_VOLUME, "configMap": {"name": manifest_name(owner), "optional": True}}

@@ -33,6 +33,7 @@ def llmd(name: str, spec: dict) -> dict:
         ({"model": {"architecture": {"parameters": 1, "layers": 1, "attentionHeads": 4, "kvHeads": 3,
                                       "headDim": 8}}}, "spec.model.architecture.kvHeads"),
         ({"model": {"quantization": "fp16"}}, "spec.model.quantization"),  # fp16 weights: CPU only
+        ({"tenancy": {"maxAdaptersPerNamespace": 0}}, "spec.tenancy.maxAdaptersPerNamespace"),
     ],
 )  # fmt: skip
 def test_api_server_rejects_with_the_field(k8s_cluster, ns, spec, field):
