@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # The repo has a folder named `operator`; never let the cwd shadow the stdlib module of that name.
 export PYTHONSAFEPATH := 1
 
-.PHONY: help venv system-deps test test-fast demo serve generate crds cluster-up cluster-down k8s-bins bench clean
+.PHONY: help venv system-deps test test-fast demo serve generate crds cluster-up cluster-down k8s-bins bench peers clean
 
 help:
 	@echo "make demo   - local control plane, operator, sample LLMDeployment, a real engine answering"
@@ -62,6 +62,10 @@ demo: k8s-bins system-deps
 
 bench: venv
 	$(BIN)/python bench/throughput.py
+
+# Optional: llama.cpp built from source for bench/llama_cpp.py (~/.cache/llmop/peers, not the repo).
+peers: venv
+	bench/llama_cpp_build.sh $(BIN)/python
 
 clean:
 	rm -rf $(VENV) build *.egg-info
