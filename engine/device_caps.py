@@ -4,7 +4,8 @@ A CPU with AVX-512 BF16 or AMX runs bf16 matmuls several times faster than fp32 
 the bytes in decode); one without them emulates bf16 and runs it many times slower than fp32. So
 `dtype: auto` means bf16 on such a CPU and on CUDA, fp32 on any other CPU. The engine logs the
 choice and its reason; measure a new machine with `bench/throughput.py` rather than trusting a
-figure from another one.
+figure from another one. Under `llmop serve` the CPU engine also leaves a core to the server
+(`serving_threads`).
 """
 
 from __future__ import annotations
@@ -82,3 +83,13 @@ def resolve_dtype(name: str, device: torch.device, quantization: str = "none") -
     if name not in DTYPES:
         raise ValueError(f"unknown dtype {name!r}; choose auto or one of {sorted(DTYPES)}")
     return DTYPES[name], "configured"
+
+
+def serving_threads(default_threads: int, omp_num_threads: str | None) -> int | None:
+    """Torch's CPU threads under `llmop serve`: one fewer than torch's default, so the HTTP server,
+    the engine loop and the response streams keep a core instead of preempting an OpenMP thread
+    that its peers then spin-wait for (docs/engine.md has the measurement); None, leaving torch as
+    it is, when OMP_NUM_THREADS is set."""
+    if omp_num_threads:
+        return None
+    return max(1, default_threads - 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import types
 import typing
 
@@ -20,6 +21,7 @@ from pydantic import BaseModel
 from llmop.engine.config import EngineConfig
 
 _SCALARS = (int, float, str, bool)
+log = logging.getLogger(__name__)
 
 
 def _flag_fields() -> dict[str, type]:
@@ -62,9 +64,27 @@ def load_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig.model_validate({**base.model_dump(), **overrides})
 
 
+def _leave_a_core(config: EngineConfig) -> None:
+    import torch
+
+    from llmop.engine.device_caps import resolve_device, serving_threads
+
+    if resolve_device(config.device).type != "cpu":
+        return
+    default = torch.get_num_threads()
+    threads = serving_threads(default, os.environ.get("OMP_NUM_THREADS"))
+    if threads is None:
+        log.info("torch CPU threads %d (OMP_NUM_THREADS)", default)
+        return
+    torch.set_num_threads(threads)
+    log.info("torch CPU threads %d of %d: one left for the HTTP server and the engine loop "
+             "(OMP_NUM_THREADS overrides)", threads, default)
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = load_config(args)
+    _leave_a_core(config)
     from llmop.engine.engine import LLMEngine
     from llmop.engine.server.admin_app import create_admin_app
     from llmop.engine.server.app import create_app

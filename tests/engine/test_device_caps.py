@@ -2,7 +2,7 @@
 
 import torch
 
-from llmop.engine.device_caps import CpuFeatures, auto_dtype, parse_cpu_flags, resolve_dtype
+from llmop.engine.device_caps import CpuFeatures, auto_dtype, parse_cpu_flags, resolve_dtype, serving_threads
 
 ZEN2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\nbugs\t\t: sysret_ss_attrs\n"
 ZEN4 = "flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16\n"
@@ -36,3 +36,10 @@ def test_auto_with_fp16_weights_is_fp32_on_any_cpu():
     assert resolve_dtype("auto", torch.device("cpu"), "fp16")[0] == torch.float32
     assert resolve_dtype("bfloat16", torch.device("cpu"), "fp16")[0] == torch.bfloat16  # named: refused later
     assert resolve_dtype("auto", torch.device("cuda"), "fp16")[0] == torch.bfloat16
+
+
+def test_serving_leaves_a_core_unless_omp_num_threads_says():
+    assert serving_threads(2, None) == 1
+    assert serving_threads(16, "") == 15
+    assert serving_threads(1, None) == 1  # never zero
+    assert serving_threads(8, "4") is None  # the operator's or user's choice stands
