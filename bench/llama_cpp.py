@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 
-from llmop.serve_process import ServeProcess, free_port
+from llmop.serve_process import ServeProcess, free_port, wait_http_ok
 
 PEERS = Path(os.environ.get("LLMOP_PEERS", Path.home() / ".cache/llmop/peers"))
 CONFIGS = {  # llmop engine settings per --configs name
@@ -216,16 +216,8 @@ class LlamaServer:
                "--threads-http", str(slots + 4)]  # its default, one per core, serves 2 streams at a time here
         with log.open("ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.25)
+        if wait_http_ok(self.url + "/health", self.proc, 120):
+            return
         self.stop()
         raise RuntimeError(f"llama-server did not start (log: {log})")
 

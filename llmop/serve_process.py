@@ -24,6 +24,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_http_ok(url: str, proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Poll `url` until it answers 200 (True), or until `proc` exits or `timeout_s` passes (False)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=5).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.25)
+    return False
+
+
 class ServeProcess:
     """`llmop serve ARGS --port <free>`: `.url`, `.proc`; output to `log` (else inherited).
 
@@ -56,16 +71,10 @@ class ServeProcess:
 
     def _wait_ready(self, timeout_s: float) -> None:
         where = f" (log: {self.log})" if self.log else ""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/ready", timeout=5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llmop serve exited during start-up with {self.proc.returncode}{where}")
-            time.sleep(0.25)
+        if wait_http_ok(self.url + "/ready", self.proc, timeout_s):
+            return
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"llmop serve exited during start-up with {self.proc.returncode}{where}")
         raise RuntimeError(f"llmop serve was not ready within {timeout_s:.0f} s{where}")
 
     def stop(self) -> None:
