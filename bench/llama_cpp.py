@@ -11,8 +11,8 @@
   through the same HTTP client and the same `/v1/completions` body. Reported: aggregate output tok/s
   (tokens / first send → last end), TTFT p50/p99, and the ratio llmop / llama-server.
 
-Both sides get `--threads` threads (default: every core); `--llmop-threads` gives llmop's torch
-another count (the HTTP server, the engine loop and the clients share the same cores). The llmop side runs each `--configs`
+Both sides get `--threads` threads (default: every core), except `llmop serve`, which picks its own
+(one core left for the server) unless `--llmop-threads` says. The llmop side runs each `--configs`
 entry (`auto` is what a user gets: the engine picks the dtype for the machine). llama.cpp is an
 optional peer built from source: `make peers` (bench/llama_cpp_build.sh) first.
 
@@ -190,6 +190,8 @@ async def drive(url: str, reqs: list[tuple[list[int], int]], clients: int) -> di
                         first = time.perf_counter()
                     if event.get("usage"):
                         tokens[i] = event["usage"]["completion_tokens"]
+            if first is None:
+                raise RuntimeError(f"{url}: a stream of {n} tokens sent no text")
             ttfts.append(first - start)
             ends.append(time.perf_counter())
 
@@ -236,7 +238,10 @@ def concurrent(args, configs: list[str]) -> list[dict]:
         results["llama-server"] = asyncio.run(drive(server.url, reqs, args.clients))
     finally:
         server.stop()
-    os.environ["OMP_NUM_THREADS"] = str(args.llmop_threads)
+    if args.llmop_threads_given:  # else `llmop serve` picks its own (one core left for the server)
+        os.environ["OMP_NUM_THREADS"] = str(args.llmop_threads)
+    else:
+        os.environ.pop("OMP_NUM_THREADS", None)
     for c in configs:
         cfg = logs / f"{c}.json"
         cfg.write_text(json.dumps({"max_num_seqs": args.clients, **CONFIGS[c]}))
@@ -259,7 +264,8 @@ def main() -> None:
     ap.add_argument("--parts", default="single,concurrent")
     ap.add_argument("--configs", default="auto", help=f"llmop engines, of {','.join(CONFIGS)}")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--llmop-threads", type=int, help="llmop's torch threads (default: --threads)")
+    ap.add_argument("--llmop-threads", type=int,
+                    help="llmop's torch threads (default: --threads offline; what `llmop serve` picks itself)")
     ap.add_argument("--rounds", type=int, default=6, help="single: timed requests per side")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--clients", type=int, default=16)
@@ -268,6 +274,7 @@ def main() -> None:
     if args.child:
         spec = json.loads(args.child)
         return (child_llama_cpp if spec["side"] == "llama_cpp" else child_llmop)(spec)
+    args.llmop_threads_given = args.llmop_threads is not None
     args.llmop_threads = args.llmop_threads or args.threads
     configs = args.configs.split(",")
     if unknown := set(configs) - set(CONFIGS):
@@ -275,7 +282,8 @@ def main() -> None:
     parts = args.parts.split(",")
     rows = (single(args, configs) if "single" in parts else []) + (
         concurrent(args, configs) if "concurrent" in parts else [])
-    print(f"\nllama.cpp {args.threads} threads, llmop {args.llmop_threads}")
+    serving = args.llmop_threads if args.llmop_threads_given else "its own"
+    print(f"\nllama.cpp {args.threads} threads; llmop {args.llmop_threads} offline, {serving} serving")
     for r in rows:
         if r["part"] == "single":
             print(f"| single | {r['engine']} | TTFT {r['ttft_s']} s ({r['ttft_vs_llama_cpp']}x) "

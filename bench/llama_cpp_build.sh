@@ -14,6 +14,9 @@ PY=${1:-.venv/bin/python}
 SRC=$PEERS/llama_cpp_python-$VERSION
 BUILD=$PEERS/build
 
+for tool in cmake ninja; do
+  command -v "$tool" > /dev/null || { echo "llama_cpp_build.sh needs $tool (apt-get install cmake ninja-build)" >&2; exit 1; }
+done
 mkdir -p "$PEERS"
 if [ ! -d "$SRC" ]; then
   "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$PEERS"
@@ -26,5 +29,5 @@ if [ ! -x "$BUILD/bin/llama-server" ]; then
   cmake --build "$BUILD" -j"$(nproc)" --target llama-server llama
 fi
 # The bindings' one dependency the project lacks (numpy and jinja2 it has), beside them, not in the venv.
-"$PY" -m pip install -q --target "$PEERS/site" "diskcache>=5.6.1"
+[ -d "$PEERS/site/diskcache" ] || "$PY" -m pip install -q --target "$PEERS/site" "diskcache>=5.6.1"
 echo "llama.cpp peer ready: PYTHONPATH=$SRC:$PEERS/site LLAMA_CPP_LIB_PATH=$BUILD/bin, server $BUILD/bin/llama-server"

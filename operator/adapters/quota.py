@@ -11,7 +11,9 @@ metadata.creationTimestamp, then namespace/name. An adapter keeps its place whil
 older adapter that becomes bindable later (its grant added, its source fixed) waits instead of
 unloading a newer one that serves; a freed place (an adapter deleted, a limit raised) goes to the
 oldest waiting one. Only a limit lowered below what is bound takes places back: the newest lose them.
-Only adapters that would otherwise bind count: a refused one holds no place.
+Only adapters that would otherwise bind count: a refused one holds no place. The ConfigMap's room
+is counted in bytes, not places: an adapter whose entry does not fit in what is left waits, and a
+later one with a shorter entry may still fit.
 """
 
 from __future__ import annotations
@@ -74,6 +76,6 @@ def _full(b: Binding, tenancy: TenancySpec, from_namespace: int, total: int, siz
     if tenancy.max_adapters is not None and total >= tenancy.max_adapters:
         return f"{where} holds its maxAdapters of {tenancy.max_adapters} adapters (spec.tenancy); {then}"
     if size > MANIFEST_ROOM:
-        return (f"{where} holds {total} adapters, as many as its adapter manifest ConfigMap can list (1 MiB); "
-                "it binds when one of them is deleted")
+        return (f"{where} holds {total} adapters, and its adapter manifest ConfigMap (1 MiB) has no room left "
+                "for this one's entry; it binds when one of them is deleted")
     return None

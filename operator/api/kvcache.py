@@ -45,8 +45,8 @@ class KVCacheSpec(CRDModel):
     block_size: int = Field(16, ge=1, le=256, description="Tokens per paged KV block.")
     dtype: KVDType = Field(
         "auto",
-        description="Data type of the KV cache; auto: the model's serving dtype (bfloat16 for quantized "
-        "weights). fp8_e4m3 halves the bytes per token of bfloat16 (GPU attention kernels only).",
+        description="Data type of the KV cache; auto: the model's serving dtype (bfloat16 with int8 "
+        "weights, float32 with fp16 weights). fp8_e4m3 halves the bytes per token of bfloat16 (GPU attention kernels only).",
     )
 
     @model_validator(mode="after")

@@ -52,6 +52,11 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
     if taken:
         raise SpecError(SpecCondition.DEGRADED, SpecReason.INVALID_ENGINE_CONFIG, "; ".join(
             f"engine.overrides.{k} is decided by the operator: set {OPERATOR_FIELDS[k]}" for k in taken))
+    dtype = spec.engine.overrides.get("dtype", "auto")
+    if spec.model.quantization == "fp16" and dtype not in ("auto", "float32"):
+        raise SpecError(SpecCondition.DEGRADED, SpecReason.INVALID_ENGINE_CONFIG,
+                        f"engine.overrides.dtype {dtype} with model.quantization fp16: fp16 weights run with "
+                        "float32 activations (leave dtype unset or float32)")
     engine = spec.engine
     fields = {
         "model": sources.model,

@@ -138,7 +138,7 @@ def test_the_manifest_configmap_is_a_hard_ceiling():
                 for i in range(12)]  # fmt: skip
     decided = decide(adapters, base(namespaces=TENANTS))
     assert bound(decided) == [f"team-a/a{i:02}" for i in range(10)]
-    assert "as many as its adapter manifest ConfigMap can list" in decided["team-a/a10"].message
+    assert "its adapter manifest ConfigMap (1 MiB) has no room left" in decided["team-a/a10"].message
     cm = manifest_config_map(Owner("chat", "ml", "u"), [b.entry.wire() for b in decided.values() if b.bound])
     assert sum(len(k) + len(v) for k, v in cm["data"].items()) <= MANIFEST_LIMIT
 

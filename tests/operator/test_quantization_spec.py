@@ -1,10 +1,13 @@
 """spec.model.quantization: sizing counts the bytes the engine holds, and the engine is told to quantize."""
 
+import dataclasses
+
 import pytest
 from pydantic import ValidationError
 
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
 from llmop.operator.build.engine_config import engine_config
+from llmop.operator.build.errors import SpecError, SpecReason
 from llmop.operator.build.sources import Sources
 from llmop.operator.sizing.from_spec import plan_for
 
@@ -45,6 +48,26 @@ def test_fp16_weights_are_sized_at_two_bytes_over_fp32_activations():
     assert (cfg.quantization, cfg.kv_cache_dtype, cfg.device) == ("fp16", "float32", "cpu")
 
 
+def test_fp16_weights_refuse_a_16_bit_activation_dtype():
+    spec = _spec("fp16", "cpu").model_copy(deep=True)
+    spec.engine.overrides["dtype"] = "bfloat16"  # the engine would refuse it at start-up: crash loop
+    with pytest.raises(SpecError, match="engine.overrides.dtype bfloat16 with model.quantization fp16") as e:
+        engine_config(spec, "llama", plan_for(spec), NO_SOURCES)
+    assert e.value.reason is SpecReason.INVALID_ENGINE_CONFIG
+    spec.engine.overrides["dtype"] = "float32"
+    assert engine_config(spec, "llama", plan_for(spec), NO_SOURCES).dtype == "float32"
+
+
 def test_fp16_weights_are_refused_on_gpus():
     with pytest.raises(ValidationError, match="runs on the CPU only"):
         _spec("fp16")
+
+
+def test_fp16_weights_without_the_sizes_are_counted_at_the_activations_dtype():
+    # the embedding and norms stay fp32 and their share is unknown: fp32 bytes are the upper bound
+    arch = plan_for(_spec("fp16", "cpu")).request.architecture
+    unsized = dataclasses.replace(arch, vocab_size=None, hidden_size=None)
+    assert unsized.weight_bytes_per_gpu(2) == arch.parameters * 4 // 2
+    assert unsized.weight_bytes_per_gpu(1) > arch.weight_bytes_per_gpu(1)
+    plain = dataclasses.replace(unsized, dtype="bfloat16", activation_dtype=None)
+    assert plain.weight_bytes_per_gpu(1) == arch.parameters * 2  # float weights: unchanged
