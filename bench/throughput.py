@@ -6,10 +6,11 @@ time (on a subset; its rate is per token) and HF static batches of 16 with left 
 running until its longest member is done (only the tokens each request asked for count).
 Also: single-request decode tok/s and time to first token for a 128-token prompt.
 
-    .venv/bin/python -P bench/throughput.py [--requests 64] [--dtype auto] [--quantization int8] [--skip-hf]
+    .venv/bin/python -P bench/throughput.py [--requests 64] [--dtype auto] [--quantization auto] [--skip-hf]
 
-`--dtype auto` is the engine's choice for this machine (bf16 with AVX-512 BF16/AMX, else fp32); HF
-runs in the same resolved dtype, which is its fastest here too.
+`--dtype auto --quantization auto` (the defaults) are the engine's choices for this machine: bf16 with
+AVX-512 BF16/AMX, else fp32 activations with fp16 weights; HF runs in the same activations' dtype,
+which is its fastest here too.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
-    ap.add_argument("--quantization", default="none", choices=["none", "int8", "fp16"])
+    ap.add_argument("--quantization", default="auto", choices=["auto", "none", "int8", "fp16"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--max-num-batched-tokens", type=int, default=1024)
@@ -123,10 +124,12 @@ def main() -> None:
     ap.add_argument("--skip-hf", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    if args.dtype == "auto":
-        from llmop.engine.device_caps import auto_dtype
+    # The engine's defaults, made concrete here so that HF runs the same activations' dtype.
+    from llmop.engine.device_caps import resolve_precision
 
-        args.dtype = str(auto_dtype(torch.device("cpu"))[0]).removeprefix("torch.")
+    precision = resolve_precision(args.dtype, args.quantization, torch.device("cpu"))
+    args.dtype = str(precision.dtype).removeprefix("torch.")
+    args.quantization = precision.quantization
     reqs = workload(args.requests, vocab=49152)
     result = {"workload": {"requests": len(reqs), "prompt_tokens": sum(len(p) for p, _ in reqs),
                            "gen_tokens": sum(o for _, o in reqs), "dtype": args.dtype,

@@ -110,9 +110,10 @@ class EngineConfig(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: bfloat16 on CUDA and on CPUs with AVX-512 BF16 or AMX, else float32"
     )
-    quantization: Literal["none", "int8", "fp16"] = Field(
-        "none", description="int8: linear layers' weights stored as int8 with per-channel scales (weight-only); "
-        "fp16: stored as fp16 for fp32 activations on the CPU (fbgemm), for CPUs without BF16"
+    quantization: Literal["auto", "none", "int8", "fp16"] = Field(
+        "auto", description="int8: linear layers' weights stored as int8 with per-channel scales (weight-only); "
+        "fp16: stored as fp16 for fp32 activations on the CPU (fbgemm), for CPUs without BF16; auto: fp16 where "
+        "dtype is auto and resolves to float32 on the CPU (and fbgemm has its fp16 GEMM), none otherwise"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     tensor_parallel_size: int = Field(

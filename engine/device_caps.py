@@ -2,9 +2,11 @@
 
 A CPU with AVX-512 BF16 or AMX runs bf16 matmuls several times faster than fp32 (and streams half
 the bytes in decode); one without them emulates bf16 and runs it many times slower than fp32. So
-`dtype: auto` means bf16 on such a CPU and on CUDA, fp32 on any other CPU. The engine logs the
-choice and its reason; measure a new machine with `bench/throughput.py` rather than trusting a
-figure from another one. Under `llmop serve` the CPU engine also leaves a core to the server
+`dtype: auto` means bf16 on such a CPU and on CUDA, fp32 on any other CPU. On that other CPU fp32
+decode streams 4 bytes per weight, so `quantization: auto` (with `dtype: auto`) stores the linear
+layers' weights as fp16 for fbgemm's fp16 GEMM there (`fp16_weights`): half the bytes, fp32
+activations. The engine logs the choices and their reasons; measure a new machine with
+`bench/decode_speed.py` or `bench/throughput.py` rather than trusting a figure from another one. Under `llmop serve` the CPU engine also leaves a core to the server
 (`serving_threads`).
 """
 
@@ -16,6 +18,16 @@ from dataclasses import dataclass
 import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """What the engine computes in: the activations' dtype, the weight quantization it applies
+    (`auto` resolved: none, int8 or fp16), and why (for the start-up log)."""
+
+    dtype: torch.dtype
+    quantization: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -73,23 +85,60 @@ def auto_dtype(device: torch.device, features: CpuFeatures | None = None) -> tup
     return torch.float32, f"CPU without AVX-512 BF16 or AMX ({feats.describe()}): bf16 would be emulated"
 
 
-def resolve_dtype(name: str, device: torch.device, quantization: str = "none") -> tuple[torch.dtype, str]:
+def fbgemm_fp16_available() -> bool:
+    """Whether this torch build has fbgemm's fp16-weight GEMM (deprecated in torch, still shipped)
+    and the CPU runs it vectorised."""
+    return hasattr(torch, "fbgemm_pack_gemm_matrix_fp16") and torch.backends.cpu.get_cpu_capability() != "DEFAULT"
+
+
+def auto_quantization(dtype_name: str, device: torch.device, features: CpuFeatures | None = None,
+                      fbgemm_fp16: bool | None = None) -> tuple[str, str]:
+    """What `quantization: auto` means here, and why: fp16 weights when the precision is left to
+    the engine (`dtype: auto`) on a CPU that computes in fp32 (no AVX-512 BF16/AMX) and has
+    fbgemm's fp16 GEMM; none otherwise (a configured dtype keeps its weights as they are)."""
+    if dtype_name != "auto":
+        return "none", f"dtype {dtype_name} is configured"
+    if device.type != "cpu":
+        return "none", f"{device.type} computes in bf16"
+    feats = features or cpu_features()
+    if feats.fast_bf16:
+        return "none", f"CPU with {feats.describe()} computes in bf16"
+    if not (fbgemm_fp16_available() if fbgemm_fp16 is None else fbgemm_fp16):
+        return "none", "this torch build lacks fbgemm's fp16 GEMM"
+    return "fp16", "CPU without AVX-512 BF16 or AMX: fp16 weights halve decode's bytes, activations stay fp32"
+
+
+def resolve_precision(dtype_name: str, quantization: str, device: torch.device,
+                      features: CpuFeatures | None = None, fbgemm_fp16: bool | None = None) -> Precision:
+    """The dtype and the concrete quantization of an engine config on `device` (ValueError for an
+    unknown dtype). The core resolves them once and hands its ranks the concrete quantization."""
+    resolved, why_q = quantization, "configured"
+    if quantization == "auto":
+        resolved, why_q = auto_quantization(dtype_name, device, features, fbgemm_fp16)
+    dtype, why_d = resolve_dtype(dtype_name, device, resolved, features)
+    return Precision(dtype, resolved, f"dtype {dtype_name}: {why_d}; quantization {quantization}: {why_q}")
+
+
+def resolve_dtype(name: str, device: torch.device, quantization: str = "none",
+                  features: CpuFeatures | None = None) -> tuple[torch.dtype, str]:
     """(dtype, reason): `auto` by capability, else the named dtype. fp16 weights multiply into fp32
     activations, so `auto` with `quantization: fp16` on the CPU is fp32 whatever the CPU has."""
     if name == "auto" and quantization == "fp16" and device.type == "cpu":
-        return torch.float32, "quantization fp16: fp16 weights compute with fp32 activations"
+        return torch.float32, "fp16 weights compute with fp32 activations"
     if name == "auto":
-        return auto_dtype(device)
+        return auto_dtype(device, features)
     if name not in DTYPES:
         raise ValueError(f"unknown dtype {name!r}; choose auto or one of {sorted(DTYPES)}")
     return DTYPES[name], "configured"
 
 
-def serving_threads(default_threads: int, omp_num_threads: str | None) -> int | None:
-    """Torch's CPU threads under `llmop serve`: one fewer than torch's default, so the HTTP server,
-    the engine loop and the response streams keep a core instead of preempting an OpenMP thread
-    that its peers then spin-wait for (docs/engine.md has the measurement); None, leaving torch as
-    it is, when OMP_NUM_THREADS is set."""
+def serving_threads(default_threads: int, omp_num_threads: str | None, cpu_budget: int | None = None) -> int | None:
+    """Torch's CPU threads under `llmop serve`: one fewer than the CPUs it may use (torch's default,
+    capped by the container's CPU limit: `cpu_quota.cpu_budget`), so the HTTP server, the engine
+    loop and the response streams keep a core instead of preempting an OpenMP thread that its peers
+    then spin-wait for (docs/engine.md has the measurement); None, leaving torch as it is, when
+    OMP_NUM_THREADS is set."""
     if omp_num_threads:
         return None
-    return max(1, default_threads - 1)
+    usable = min(default_threads, cpu_budget) if cpu_budget is not None else default_threads
+    return max(1, usable - 1)

@@ -22,7 +22,7 @@ from llmop.engine.block_manager import BlockManager
 from llmop.engine.checkpoint import Checkpoint, open_checkpoint
 from llmop.engine.config import EngineConfig
 from llmop.engine.detokenizer import IncrementalDetokenizer
-from llmop.engine.device_caps import resolve_device, resolve_dtype
+from llmop.engine.device_caps import resolve_device, resolve_precision
 from llmop.engine.draft_proposer import build_draft_proposer
 from llmop.engine.executor import Executor, build_executor
 from llmop.engine.forward_batch import ForwardBatch, build_forward_batch
@@ -72,11 +72,14 @@ class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, **overrides):
         # Validated, so keyword overrides are checked like a config file (model_copy would not).
         config = EngineConfig.model_validate({**(config or EngineConfig()).model_dump(), **overrides})
-        self.config = config
         t0 = time.monotonic()
         self.device = resolve_device(config.device)
-        self.dtype, dtype_reason = resolve_dtype(config.dtype, self.device, config.quantization)
-        log.info("dtype %s (%s: %s)", str(self.dtype).removeprefix("torch."), config.dtype, dtype_reason)
+        precision = resolve_precision(config.dtype, config.quantization, self.device)
+        log.info("dtype %s, quantization %s (%s)", str(precision.dtype).removeprefix("torch."),
+                 precision.quantization, precision.reason)
+        # The ranks, the draft model and the LoRA layers get the concrete quantization, decided once.
+        config = config.model_copy(update={"quantization": precision.quantization})
+        self.config, self.dtype = config, precision.dtype
         self.kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, self.dtype,
                                          resolve_attention_backend(config.attention_backend, self.device))
         self.checkpoint: Checkpoint = open_checkpoint(config.model)

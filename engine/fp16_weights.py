@@ -7,9 +7,11 @@ them into fp32 activations with fp32 accumulation: half the bytes per step, and 
 than bf16 weights (10 mantissa bits against 7). A pass replaces the linear layers in place, like
 int8's: after tensor-parallel sharding, before LoRA (which wraps the result).
 
-torch marks these ops deprecated: `available()` says whether this build still has them, and the
-engine refuses `quantization: fp16` at start-up where it does not (or off the CPU, or with 16-bit
-activations: there the weights are 16-bit already).
+It is what `quantization: auto` (the default) picks on such a CPU when the dtype is `auto` too
+(`device_caps.auto_quantization`). torch marks these ops deprecated: `fbgemm_fp16_available` says
+whether this build still has them; `auto` then keeps fp32 weights, and a configured
+`quantization: fp16` is refused at start-up (as it is off the CPU, or with 16-bit activations:
+there the weights are 16-bit already).
 """
 
 from __future__ import annotations
@@ -19,14 +21,11 @@ import warnings
 import torch
 from torch import nn
 
+from llmop.engine.device_caps import fbgemm_fp16_available
 from llmop.engine.quantization import replace_float_linears
 
 # Deprecated, still the fastest fp32-activation path in torch; one warning per call would flood the log.
 warnings.filterwarnings("ignore", message="fbgemm_.* is deprecated")
-
-
-def available() -> bool:
-    return hasattr(torch, "fbgemm_pack_gemm_matrix_fp16") and torch.backends.cpu.get_cpu_capability() != "DEFAULT"
 
 
 def unsupported_reason(device: torch.device, dtype: torch.dtype) -> str | None:
@@ -34,7 +33,7 @@ def unsupported_reason(device: torch.device, dtype: torch.dtype) -> str | None:
     if device.type != "cpu" or dtype != torch.float32:
         return (f"quantization: fp16 (fp16 weights, fp32 activations) runs on the CPU with dtype float32; "
                 f"this engine has {device.type} and {dtype} (use dtype float16/bfloat16 there instead)")
-    if not available():
+    if not fbgemm_fp16_available():
         return "quantization: fp16 needs fbgemm's fp16 GEMM, which this torch build lacks"
     return None
 

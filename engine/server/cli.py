@@ -67,18 +67,20 @@ def load_config(args: argparse.Namespace) -> EngineConfig:
 def _leave_a_core(config: EngineConfig) -> None:
     import torch
 
+    from llmop.engine.cpu_quota import cpu_budget, quota_cpus
     from llmop.engine.device_caps import resolve_device, serving_threads
 
     if resolve_device(config.device).type != "cpu":
         return
-    default = torch.get_num_threads()
-    threads = serving_threads(default, os.environ.get("OMP_NUM_THREADS"))
+    default, quota = torch.get_num_threads(), quota_cpus()
+    threads = serving_threads(default, os.environ.get("OMP_NUM_THREADS"), cpu_budget(quota=quota))
     if threads is None:
         log.info("torch CPU threads %d (OMP_NUM_THREADS)", default)
         return
     torch.set_num_threads(threads)
-    log.info("torch CPU threads %d of %d: one left for the HTTP server and the engine loop "
-             "(OMP_NUM_THREADS overrides)", threads, default)
+    limit = f", CPU limit {quota:g}" if quota is not None else ""
+    log.info("torch CPU threads %d (torch's default %d%s): one left for the HTTP server and the engine loop "
+             "(OMP_NUM_THREADS overrides)", threads, default, limit)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 
 import torch
 
-from llmop.engine.device_caps import CpuFeatures, auto_dtype, parse_cpu_flags, resolve_dtype, serving_threads
+from llmop.engine.device_caps import (CpuFeatures, auto_dtype, auto_quantization, parse_cpu_flags, resolve_dtype,
+                                     resolve_precision, serving_threads)
 
 ZEN2 = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\nbugs\t\t: sysret_ss_attrs\n"
 ZEN4 = "flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16\n"
@@ -38,8 +39,37 @@ def test_auto_with_fp16_weights_is_fp32_on_any_cpu():
     assert resolve_dtype("auto", torch.device("cuda"), "fp16")[0] == torch.bfloat16
 
 
+def picked(*args) -> tuple[torch.dtype, str]:
+    p = resolve_precision(*args)
+    return p.dtype, p.quantization
+
+
+def test_auto_quantization_is_fp16_weights_only_where_the_cpu_computes_in_fp32():
+    cpu, zen2, zen4 = torch.device("cpu"), parse_cpu_flags(ZEN2), parse_cpu_flags(ZEN4)
+    p = resolve_precision("auto", "auto", cpu, zen2, fbgemm_fp16=True)
+    assert (p.dtype, p.quantization) == (torch.float32, "fp16")
+    assert "fp16 weights" in p.reason and "dtype auto" in p.reason
+    assert picked("auto", "auto", cpu, zen4, True) == (torch.bfloat16, "none")
+    assert picked("auto", "auto", cpu, parse_cpu_flags(SAPPHIRE), True) == (torch.bfloat16, "none")
+    assert picked("auto", "auto", torch.device("cuda"), zen2, True) == (torch.bfloat16, "none")
+    # A configured dtype keeps its weights; a build without fbgemm's fp16 GEMM keeps fp32 ones.
+    assert picked("float32", "auto", cpu, zen2, True) == (torch.float32, "none")
+    assert auto_quantization("auto", cpu, zen2, fbgemm_fp16=False)[0] == "none"
+    # A configured quantization is taken as is, whatever the machine.
+    assert picked("auto", "none", cpu, zen2, True) == (torch.float32, "none")
+    assert picked("auto", "int8", cpu, zen4, True) == (torch.bfloat16, "int8")
+    assert picked("auto", "fp16", cpu, zen4, True) == (torch.float32, "fp16")
+
+
 def test_serving_leaves_a_core_unless_omp_num_threads_says():
     assert serving_threads(2, None) == 1
     assert serving_threads(16, "") == 15
     assert serving_threads(1, None) == 1  # never zero
     assert serving_threads(8, "4") is None  # the operator's or user's choice stands
+
+
+def test_serving_threads_follow_the_containers_cpu_limit():
+    assert serving_threads(64, None, cpu_budget=4) == 3  # a 4-CPU pod on a 64-core node
+    assert serving_threads(2, None, cpu_budget=8) == 1  # the limit is no reason for more threads
+    assert serving_threads(64, None, cpu_budget=1) == 1
+    assert serving_threads(64, "2", cpu_budget=4) is None

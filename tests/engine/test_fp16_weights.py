@@ -67,3 +67,25 @@ def test_tp3_over_fp16_weights_gives_the_tp1_tokens(fp16_llm, prompt_ids):
         assert [list(o.token_ids) for o in tp3.generate(prompt_ids[:3], params)] == want
     finally:
         tp3.engine.shutdown()
+
+
+def test_defaults_pick_fp16_weights_where_the_cpu_computes_in_fp32(fp16_llm, prompt_ids):
+    """`dtype: auto` and `quantization: auto` (the defaults): fp16 weights exactly where
+    `auto_quantization` says this CPU computes in fp32, and the engine's config (which its ranks,
+    its draft model and its logs read) holds the concrete choice, not `auto`."""
+    from llmop.engine.device_caps import auto_quantization
+    from llmop.engine.fp16_weights import Fp16WeightLinear
+    from llmop.engine.llm import LLM
+
+    llm = LLM(None, kv_cache_memory_bytes=32 << 20, max_num_seqs=4)
+    try:
+        expected, _ = auto_quantization("auto", llm.engine.device)
+        assert llm.engine.config.quantization == expected
+        model = llm.engine.executor.runner.model
+        assert any(isinstance(m, Fp16WeightLinear) for m in model.modules()) == (expected == "fp16")
+        if expected == "fp16":  # the same engine as the one configured so
+            params = SamplingParams(max_tokens=NEW, temperature=0.0, ignore_eos=True)
+            want = [list(o.token_ids) for o in fp16_llm.generate(prompt_ids[:3], params)]
+            assert [list(o.token_ids) for o in llm.generate(prompt_ids[:3], params)] == want
+    finally:
+        llm.engine.shutdown()
