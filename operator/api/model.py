@@ -15,7 +15,7 @@ from llmop.operator.api.base import CRDModel, cel
 SOURCE_PATTERN = r"^(hf://[^/\s]+/[^/\s@]+(@[^\s]+)?|pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^\s]*)?|s3://[^/\s]+(/[^\s]*)?|/[^\s]*)$"
 
 WeightDType = Literal["float32", "bfloat16", "float16", "fp8", "int8", "int4"]
-Quantization = Literal["none", "int8", "fp16"]
+Quantization = Literal["auto", "none", "int8", "fp16"]
 
 
 class ArchitectureSpec(CRDModel):
@@ -82,8 +82,11 @@ class ModelSpec(CRDModel):
         None, description="Architecture for sizing; required when the catalog does not know the model."
     )
     quantization: Quantization = Field(
-        "none",
+        "auto",
         description=(
+            "auto (default): the engine's choice for the node it runs on, made at start-up: fp16 weights (as "
+            "below) on a CPU without AVX-512 BF16/AMX when engine.overrides sets no dtype, plain weights "
+            "elsewhere; sizing counts it as none. none: the checkpoint's weights at the model's dtype. "
             "int8: the engine stores the linear layers' weights as int8 with per-channel scales "
             "(quantized at load from the checkpoint's weights, GGUF Q8_0 included, which is dequantized first) "
             "and sizing counts one byte per weight. fp16 (accelerator.type cpu only): the linear layers' weights "

@@ -41,7 +41,8 @@ def test_defaults_ranges_enums_and_cel():
     assert spec["replicas"]["default"] == 1 and spec["replicas"]["minimum"] == 0
     assert spec["kvCache"]["default"] == {}
     assert spec["kvCache"]["properties"]["dtype"]["enum"] == ["auto", "float32", "bfloat16", "float16", "fp8_e4m3"]
-    assert spec["model"]["properties"]["quantization"]["enum"] == ["none", "int8", "fp16"]
+    assert spec["model"]["properties"]["quantization"]["enum"] == ["auto", "none", "int8", "fp16"]
+    assert spec["model"]["properties"]["quantization"]["default"] == "auto"  # the engine's choice per node
     rules = [r["rule"] for r in spec["kvCache"]["x-kubernetes-validations"]]
     assert any("budgetTokens" in r and "concurrency" in r for r in rules)
     assert spec["parallelism"]["properties"]["tensor"]["x-kubernetes-int-or-string"] is True

@@ -37,6 +37,19 @@ def test_int8_weights_are_sized_at_one_byte_and_rendered():
     assert engine_config(_spec("none"), "llama", plain, NO_SOURCES).quantization == "none"
 
 
+@pytest.mark.parametrize("accelerator", ["gpu", "cpu"])
+def test_auto_is_the_default_sized_as_none_and_left_to_the_engine(accelerator):
+    """The engine resolves `auto` on the node (fp16 weights only on a CPU without BF16, which hold
+    fewer bytes than none's): sizing counts the larger, the rendered config keeps `auto`."""
+    auto, plain = plan_for(_spec("auto", accelerator)), plan_for(_spec("none", accelerator))
+    assert auto.chosen == plain.chosen and auto.request == plain.request
+    cfg = engine_config(_spec("auto", accelerator), "llama", auto, NO_SOURCES)
+    assert (cfg.quantization, cfg.kv_cache_dtype) == ("auto", "bfloat16")
+    unset = LLMDeploymentSpec.model_validate({"model": {"source": "hf://meta-llama/Meta-Llama-3-8B-Instruct"},
+                                              "accelerator": {"memoryPerGPU": "24Gi"}})
+    assert unset.model.quantization == "auto"
+
+
 def test_fp16_weights_are_sized_at_two_bytes_over_fp32_activations():
     plain, fp16 = plan_for(_spec("none", "cpu")), plan_for(_spec("fp16", "cpu"))
     params = plain.request.architecture.parameters
