@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 CONFIGS = {
+    "auto": dict(),  # the engine's defaults: what `dtype`/`quantization` auto resolve to on this machine
     "fp32": dict(dtype="float32"),
     "bf16": dict(dtype="bfloat16"),
     "int8": dict(dtype="bfloat16", quantization="int8"),

@@ -25,6 +25,7 @@ import math
 import torch
 
 CONFIGS = {
+    "auto": dict(),  # the engine's defaults on this machine
     "fp32": dict(dtype="float32"),
     "bf16": dict(dtype="bfloat16"),
     "int8": dict(dtype="bfloat16", quantization="int8"),

@@ -119,6 +119,7 @@ def main() -> None:
     decode = step_in_turn(engines, lambda n, outs: texts[n].extend(t for o in outs for t in o.new_token_ids))
     single = {n: round(tok / sec, 2) for n, (tok, sec) in decode.items()}
     result = {"threads": args.threads, "dtype": str(engines["off"].dtype).removeprefix("torch."),
+              "quantization": engines["off"].config.quantization,
               "draft_layers": None if args.draft_model else args.draft_layers,
               "single_stream_decode_tok_s": single,
               "single_stream_ratio": {n: ratio(single, n) for n in ("ngram", "draft")},

@@ -9,7 +9,8 @@ for a throttled sibling make every matmul slow. `llmop serve` sizes its threads 
 cgroup v2 writes the limit as `cpu.max` ("<quota> <period>" or "max <period>"), cgroup v1 as
 `cpu.cfs_quota_us` (-1: none) and `cpu.cfs_period_us`. In a container the cgroup is usually
 mounted as the root of /sys/fs/cgroup; outside one (or without a cgroup namespace) the process's
-own cgroup is the path /proc/self/cgroup names. Both places are read and the smallest limit wins.
+own cgroup is the path /proc/self/cgroup names, and a limit may sit on any cgroup above it (a pod's,
+a systemd slice's). The root and every cgroup on that path are read; the smallest limit wins.
 """
 
 from __future__ import annotations
@@ -67,18 +68,24 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _ancestors(path: str) -> list[str]:
+    """The root ("") and every cgroup on `path` down to it: "/a/b" gives "", "a", "a/b"."""
+    parts = [p for p in path.split("/") if p]
+    return [""] + ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 def quota_cpus(root: Path = CGROUP_ROOT, proc_self_cgroup: str | None = None) -> float | None:
     """The smallest CPU limit among the cgroup files that apply to this process; None: no limit."""
     if proc_self_cgroup is None:
         proc_self_cgroup = _read(Path("/proc/self/cgroup")) or ""
     paths = cgroup_paths(proc_self_cgroup)
     limits: list[float] = []
-    for sub in {"", paths.get("", "").lstrip("/")}:
+    for sub in _ancestors(paths.get("", "")):
         text = _read(root / sub / "cpu.max")
         if text is not None and (cpus := parse_cpu_max(text)) is not None:
             limits.append(cpus)
     for mount in _V1_CPU_DIRS:
-        for sub in {"", paths.get("cpu", "").lstrip("/")}:
+        for sub in _ancestors(paths.get("cpu", "")):
             d = root / mount / sub
             quota, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
             if quota is not None and period is not None and (cpus := parse_cfs(quota, period)) is not None:

@@ -86,9 +86,10 @@ def auto_dtype(device: torch.device, features: CpuFeatures | None = None) -> tup
 
 
 def fbgemm_fp16_available() -> bool:
-    """Whether this torch build has fbgemm's fp16-weight GEMM (deprecated in torch, still shipped)
-    and the CPU runs it vectorised."""
-    return hasattr(torch, "fbgemm_pack_gemm_matrix_fp16") and torch.backends.cpu.get_cpu_capability() != "DEFAULT"
+    """Whether this torch build has fbgemm's fp16-weight GEMM (deprecated in torch, still shipped;
+    x86 builds only: elsewhere the op exists and raises) and the CPU runs it vectorised."""
+    return (hasattr(torch, "fbgemm_pack_gemm_matrix_fp16") and "fbgemm" in torch.backends.quantized.supported_engines
+            and torch.backends.cpu.get_cpu_capability() != "DEFAULT")
 
 
 def auto_quantization(dtype_name: str, device: torch.device, features: CpuFeatures | None = None,

@@ -65,7 +65,7 @@ def engine_config(spec: LLMDeploymentSpec, name: str, plan: SizingPlan, sources:
         "max_model_len": plan.request.max_model_len,
         "block_size": spec.kv_cache.block_size,
         # Resolved here, so the engine stores the bytes per token that sizing counted.
-        "kv_cache_dtype": plan.request.architecture.kv_dtype(spec.kv_cache.dtype),
+        "kv_cache_dtype": plan.request.resolved_kv_dtype,
         "quantization": spec.model.quantization,
         "kv_cache_memory_bytes": plan.kv_cache_bytes_per_gpu,
         "host": "0.0.0.0",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from llmop.operator.api.accelerator import AcceleratorType
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
 from llmop.operator.api.model import ArchitectureSpec
 from llmop.operator.api.quantity import parse_bytes
@@ -24,11 +25,15 @@ from llmop.operator.sizing.plan import SizingError, SizingPlan, SizingReason, Si
 def architecture_for(spec: LLMDeploymentSpec) -> Architecture:
     """The architecture sizing uses (weights as quantization stores them: `_served`); SizingError
     (ArchitectureUnknown) when there is none."""
+    return _served(_declared_or_known(spec), spec)
+
+
+def _declared_or_known(spec: LLMDeploymentSpec) -> Architecture:
     model = spec.model
     found = _resolve(model.architecture, model.source, model.name)
     if found is None:
         raise SizingError(SizingReason.ARCHITECTURE_UNKNOWN, _unknown(model.source, "spec.model.architecture"))
-    return _served(found, spec)
+    return found
 
 
 def draft_for(spec: LLMDeploymentSpec, target: Architecture, max_model_len: int) -> DraftRequest | None:
@@ -60,12 +65,19 @@ def _resolve(declared: ArchitectureSpec | None, source: str | None, name: str | 
     return lookup(source) or lookup(name)
 
 
+def _auto_on_cpu(spec: LLMDeploymentSpec) -> bool:
+    """`quantization: auto` on CPU nodes, where the engine picks fp16 weights over fp32 activations
+    (a CPU without BF16) or plain bf16 ones (with it): sizing counts the first, the larger (its
+    embedding and norms are fp32), and keeps the KV cache plain weights would have."""
+    return spec.model.quantization == "auto" and spec.accelerator.type is AcceleratorType.CPU
+
+
 def _served(arch: Architecture, spec: LLMDeploymentSpec) -> Architecture:
     """The weights as the engine holds them (the draft's too): one byte each with int8
-    quantization; two with fp16, over fp32 activations."""
+    quantization; two with fp16, over fp32 activations (and so for `auto` on CPU nodes)."""
     if spec.model.quantization == "int8":
         return dataclasses.replace(arch, dtype="int8")
-    if spec.model.quantization == "fp16":
+    if spec.model.quantization == "fp16" or _auto_on_cpu(spec):
         return dataclasses.replace(arch, dtype="float16", activation_dtype="float32")
     return arch
 
@@ -77,7 +89,8 @@ def _unknown(source: str | None, field: str) -> str:
 
 def request_for(spec: LLMDeploymentSpec) -> SizingRequest:
     """The sizing inputs of a spec."""
-    arch = architecture_for(spec)
+    plain = _declared_or_known(spec)
+    arch = _served(plain, spec)
     max_model_len = spec.engine.max_model_len or arch.max_context_length
     if max_model_len is None:
         raise SizingError(
@@ -110,7 +123,7 @@ def request_for(spec: LLMDeploymentSpec) -> SizingRequest:
         budget_tokens=budget,
         max_model_len=max_model_len,
         block_size=kv.block_size,
-        kv_dtype=kv.dtype,
+        kv_dtype=plain.kv_dtype(kv.dtype) if _auto_on_cpu(spec) else kv.dtype,
         tensor=None if tensor == "auto" else int(tensor),
         draft=draft,
     )

@@ -40,15 +40,22 @@ def test_v2_limit_in_a_container_and_on_the_host(tmp_path):
     assert quota_cpus(tmp_path / "none", "0::/\n") is None  # no cgroup files at all
 
 
-def test_v1_limit_and_the_smallest_limit_wins(tmp_path):
+def test_v1_limit_on_the_process_cgroup(tmp_path):
     d = tmp_path / "cpu,cpuacct"
     _write(d / "cpu.cfs_quota_us", "-1\n")  # the host's root: unlimited
     _write(d / "cpu.cfs_period_us", "100000\n")
     _write(d / "kubepods/pod1/abc" / "cpu.cfs_quota_us", "200000\n")
     _write(d / "kubepods/pod1/abc" / "cpu.cfs_period_us", "100000\n")
     assert quota_cpus(tmp_path, V1_HOST) == 2.0
-    _write(tmp_path / "cpu.max", "100000 100000\n")  # a hybrid host with both: the smaller counts
-    assert quota_cpus(tmp_path, V1_HOST) == 1.0
+
+
+def test_the_smallest_limit_on_the_path_wins(tmp_path):
+    """A limit on a cgroup above the process's (a pod's, a systemd slice's) binds it too."""
+    _write(tmp_path / "kubepods.slice/pod1" / "cpu.max", "150000 100000\n")  # the pod: 1.5 CPUs
+    _write(tmp_path / "kubepods.slice/pod1/cri-abc.scope" / "cpu.max", "max 100000\n")  # its container: none
+    assert quota_cpus(tmp_path, "0::/kubepods.slice/pod1/cri-abc.scope\n") == 1.5
+    _write(tmp_path / "kubepods.slice/pod1/cri-abc.scope" / "cpu.max", "100000 100000\n")
+    assert quota_cpus(tmp_path, "0::/kubepods.slice/pod1/cri-abc.scope\n") == 1.0
 
 
 def test_budget_is_the_affinity_capped_by_the_limit_rounded_up():
@@ -57,4 +64,3 @@ def test_budget_is_the_affinity_capped_by_the_limit_rounded_up():
     assert cpu_budget(affinity=64, quota=0.25) == 1
     assert cpu_budget(affinity=2, quota=8.0) == 2
     assert cpu_budget(affinity=16, quota=None) == 16
-    assert cpu_budget(quota=None) >= 1  # this process's own affinity

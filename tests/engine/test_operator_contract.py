@@ -509,6 +509,30 @@ def test_fp16_weights_on_a_cpu_accelerator_run_as_sized():
         LLMDeploymentSpec.model_validate({**SPEC, "model": {**SPEC["model"], "quantization": "fp16"}})
 
 
+def test_auto_quantization_on_a_cpu_accelerator_runs_as_sized():
+    """The default `quantization: auto` on `accelerator.type: cpu`: rendered as is with the KV dtype
+    sizing counted; the engine resolves it for this CPU (fp16 weights without BF16, bf16 with it),
+    holds no more weight bytes than sizing counted and exactly the KV blocks planned."""
+    from llmop.engine.device_caps import auto_quantization
+
+    spec = LLMDeploymentSpec.model_validate({
+        **SPEC, "model": {k: v for k, v in SPEC["model"].items() if k != "quantization"},
+        "parallelism": {"tensor": 1}, "accelerator": {**SPEC["accelerator"], "type": "cpu", "memoryPerGPU": "640Mi"},
+        "kvCache": {k: v for k, v in SPEC["kvCache"].items() if k != "dtype"}})
+    plan = plan_for(spec)
+    rendered = engine_config(spec, NAME, plan, sources_for(spec, Settings()))
+    assert (rendered.quantization, rendered.kv_cache_dtype, rendered.device) == ("auto", "bfloat16", "cpu")
+    eng = LLMEngine(rendered.model_copy(update={"model": str(embedded_model_path())}))
+    try:
+        (rank,) = eng.executor.describe()
+        assert eng.config.quantization == auto_quantization("auto", torch.device("cpu"))[0]
+        assert (rank.kv_dtype, eng.kv_spec.num_blocks) == ("bfloat16", plan.kv_blocks)
+        assert rank.weight_bytes <= plan.chosen.weights_bytes
+        assert len([t for o in run(eng, tokens(12, 6000), 4) for t in o.new_token_ids]) == 4
+    finally:
+        eng.shutdown()
+
+
 # --- method draft: the draft model in the pod and on the GPU ---------------------------------------------
 
 
