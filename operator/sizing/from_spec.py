@@ -16,19 +16,15 @@ from llmop.operator.api.accelerator import AcceleratorType
 from llmop.operator.api.llmdeployment import LLMDeploymentSpec
 from llmop.operator.api.model import ArchitectureSpec
 from llmop.operator.api.quantity import parse_bytes
-from llmop.operator.sizing.architecture import Accelerator, Architecture
+from llmop.operator.sizing.architecture import FLOAT_DTYPES, Accelerator, Architecture
 from llmop.operator.sizing.catalog import EMBEDDED, lookup
 from llmop.operator.sizing.draft import DraftRequest
 from llmop.operator.sizing.plan import SizingError, SizingPlan, SizingReason, SizingRequest, size
 
 
-def architecture_for(spec: LLMDeploymentSpec) -> Architecture:
-    """The architecture sizing uses (weights as quantization stores them: `_served`); SizingError
-    (ArchitectureUnknown) when there is none."""
-    return _served(_declared_or_known(spec), spec)
-
-
 def _declared_or_known(spec: LLMDeploymentSpec) -> Architecture:
+    """The model's architecture as declared or known (before `_served`); SizingError
+    (ArchitectureUnknown) when there is none."""
     model = spec.model
     found = _resolve(model.architecture, model.source, model.name)
     if found is None:
@@ -65,18 +61,31 @@ def _resolve(declared: ArchitectureSpec | None, source: str | None, name: str | 
     return lookup(source) or lookup(name)
 
 
+def _pinned_dtype(spec: LLMDeploymentSpec) -> str | None:
+    """The float dtype `engine.overrides.dtype` pins the engine to (None: `auto`, the engine's choice)."""
+    dtype = spec.engine.overrides.get("dtype")
+    return dtype if dtype in FLOAT_DTYPES else None
+
+
 def _auto_on_cpu(spec: LLMDeploymentSpec) -> bool:
-    """`quantization: auto` on CPU nodes, where the engine picks fp16 weights over fp32 activations
-    (a CPU without BF16) or plain bf16 ones (with it): sizing counts the first, the larger (its
-    embedding and norms are fp32), and keeps the KV cache plain weights would have."""
-    return spec.model.quantization == "auto" and spec.accelerator.type is AcceleratorType.CPU
+    """`quantization: auto` on CPU nodes with no pinned dtype, where the engine picks fp16 weights
+    over fp32 activations (an x86 CPU without BF16) or plain bf16 ones (with it): sizing counts the
+    first, the larger (its embedding and norms are fp32), and keeps the KV cache plain weights would
+    have. (A CPU with neither BF16 nor fbgemm, such as an aarch64 one, would hold fp32 weights: the
+    engine image is built for x86-64.)"""
+    return (spec.model.quantization == "auto" and spec.accelerator.type is AcceleratorType.CPU
+            and _pinned_dtype(spec) is None)
 
 
 def _served(arch: Architecture, spec: LLMDeploymentSpec) -> Architecture:
-    """The weights as the engine holds them (the draft's too): one byte each with int8
-    quantization; two with fp16, over fp32 activations (and so for `auto` on CPU nodes)."""
+    """The weights as the engine holds them (the draft's too): at the dtype `engine.overrides`
+    pins, else the architecture's; one byte each with int8 quantization (over the pinned dtype's
+    activations); two with fp16, over fp32 activations (and so for `auto` on CPU nodes)."""
+    pinned = _pinned_dtype(spec)
+    if pinned is not None:
+        arch = dataclasses.replace(arch, dtype=pinned)
     if spec.model.quantization == "int8":
-        return dataclasses.replace(arch, dtype="int8")
+        return dataclasses.replace(arch, dtype="int8", activation_dtype=pinned)
     if spec.model.quantization == "fp16" or _auto_on_cpu(spec):
         return dataclasses.replace(arch, dtype="float16", activation_dtype="float32")
     return arch

@@ -509,12 +509,16 @@ def test_fp16_weights_on_a_cpu_accelerator_run_as_sized():
         LLMDeploymentSpec.model_validate({**SPEC, "model": {**SPEC["model"], "quantization": "fp16"}})
 
 
-def test_auto_quantization_on_a_cpu_accelerator_runs_as_sized():
+@pytest.mark.parametrize("cpu,resolved", [("no_bf16", ("float32", "fp16")), ("bf16", ("bfloat16", "none"))])
+def test_auto_quantization_on_a_cpu_accelerator_runs_as_sized(cpu, resolved, monkeypatch):
     """The default `quantization: auto` on `accelerator.type: cpu`: rendered as is with the KV dtype
-    sizing counted; the engine resolves it for this CPU (fp16 weights without BF16, bf16 with it),
-    holds no more weight bytes than sizing counted and exactly the KV blocks planned."""
-    from llmop.engine.device_caps import auto_quantization
+    sizing counted. The engine resolves it for the CPU it finds (made to find each kind here: fp16
+    weights over fp32 activations without BF16, bf16 with it), holds no more weight bytes than
+    sizing counted either way, and exactly the KV blocks planned."""
+    from llmop.engine.device_caps import CpuFeatures
 
+    monkeypatch.setattr("llmop.engine.device_caps.cpu_features", lambda: CpuFeatures(cpu == "bf16", False, False))
+    monkeypatch.setattr("llmop.engine.device_caps.fbgemm_fp16_available", lambda: True)
     spec = LLMDeploymentSpec.model_validate({
         **SPEC, "model": {k: v for k, v in SPEC["model"].items() if k != "quantization"},
         "parallelism": {"tensor": 1}, "accelerator": {**SPEC["accelerator"], "type": "cpu", "memoryPerGPU": "640Mi"},
@@ -525,7 +529,7 @@ def test_auto_quantization_on_a_cpu_accelerator_runs_as_sized():
     eng = LLMEngine(rendered.model_copy(update={"model": str(embedded_model_path())}))
     try:
         (rank,) = eng.executor.describe()
-        assert eng.config.quantization == auto_quantization("auto", torch.device("cpu"))[0]
+        assert (rank.dtype, eng.config.quantization) == resolved
         assert (rank.kv_dtype, eng.kv_spec.num_blocks) == ("bfloat16", plan.kv_blocks)
         assert rank.weight_bytes <= plan.chosen.weights_bytes
         assert len([t for o in run(eng, tokens(12, 6000), 4) for t in o.new_token_ids]) == 4

@@ -89,3 +89,27 @@ def test_fp16_weights_without_the_sizes_are_counted_at_the_activations_dtype():
     assert unsized.weight_bytes_per_gpu(1) > arch.weight_bytes_per_gpu(1)
     plain = dataclasses.replace(unsized, dtype="bfloat16", activation_dtype=None)
     assert plain.weight_bytes_per_gpu(1) == arch.parameters * 2  # float weights: unchanged
+
+
+@pytest.mark.parametrize("quantization", ["auto", "none"])
+@pytest.mark.parametrize("accelerator", ["gpu", "cpu"])
+def test_a_pinned_dtype_is_what_sizing_counts(quantization, accelerator):
+    """engine.overrides.dtype float32 makes the engine hold fp32 weights and (by default) an fp32 KV
+    cache, whatever `auto` would pick; sizing counts that, and renders that KV dtype."""
+    spec = _spec(quantization, accelerator).model_copy(deep=True)
+    spec.engine.overrides["dtype"] = "float32"
+    pinned, plain = plan_for(spec), plan_for(_spec("none", accelerator))
+    at = lambda plan: plan.request.architecture.weight_bytes_per_gpu(1)  # noqa: E731
+    assert at(pinned) == 2 * at(plain)  # the catalog's bf16 weights, at 4 bytes
+    assert pinned.request.kv_bytes_per_token == 2 * plain.request.kv_bytes_per_token
+    assert engine_config(spec, "llama", pinned, NO_SOURCES).kv_cache_dtype == "float32"
+
+
+def test_int8_over_pinned_fp32_activations_keeps_its_table_and_kv_in_fp32():
+    spec = _spec("int8").model_copy(deep=True)
+    spec.engine.overrides["dtype"] = "float32"
+    pinned, bf16 = plan_for(spec), plan_for(_spec("int8"))
+    table, norms = 128256 * 4096, (2 * 32 + 1) * 4096
+    at = lambda plan: plan.request.architecture.weight_bytes_per_gpu(1)  # noqa: E731
+    assert at(pinned) > at(bf16) + 2 * (table + norms) - 1  # fp32 table and norms (and scales)
+    assert engine_config(spec, "llama", pinned, NO_SOURCES).kv_cache_dtype == "float32"
