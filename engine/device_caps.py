@@ -4,8 +4,8 @@ A CPU with AVX-512 BF16 or AMX runs bf16 matmuls several times faster than fp32 
 the bytes in decode); one without them emulates bf16 and runs it many times slower than fp32. So
 `dtype: auto` means bf16 on such a CPU and on CUDA, fp32 on any other CPU. On that other CPU fp32
 decode streams 4 bytes per weight, so `quantization: auto` (with `dtype: auto`) stores the linear
-layers' weights as fp16 for fbgemm's fp16 GEMM there (`fp16_weights`): half the bytes, fp32
-activations. The engine logs the choices and their reasons; measure a new machine with
+layers' weights as fp16 for fbgemm's fp16 GEMM there (`fp16_weights`) when torch runs one thread
+(that GEMM's only one): half the bytes, fp32 activations. The engine logs the choices and their reasons; measure a new machine with
 `bench/decode_speed.py` or `bench/throughput.py` rather than trusting a figure from another one. Under `llmop serve` the CPU engine also leaves a core to the server
 (`serving_threads`).
 """
@@ -93,10 +93,13 @@ def fbgemm_fp16_available() -> bool:
 
 
 def auto_quantization(dtype_name: str, device: torch.device, features: CpuFeatures | None = None,
-                      fbgemm_fp16: bool | None = None) -> tuple[str, str]:
+                      fbgemm_fp16: bool | None = None, threads: int | None = None) -> tuple[str, str]:
     """What `quantization: auto` means here, and why: fp16 weights when the precision is left to
-    the engine (`dtype: auto`) on a CPU that computes in fp32 (no AVX-512 BF16/AMX) and has
-    fbgemm's fp16 GEMM; none otherwise (a configured dtype keeps its weights as they are)."""
+    the engine (`dtype: auto`) on a CPU that computes in fp32 (no AVX-512 BF16/AMX), has fbgemm's
+    fp16 GEMM, and runs torch on one thread (`threads`, default torch's count); none otherwise.
+    A configured dtype keeps its weights as they are. The thread count matters because torch runs
+    fbgemm's fp16 GEMM on one thread while fp32's BLAS uses them all: at one thread fp16 weights
+    decode faster, with more the fp32 GEMM catches up in decode and wins prefill (docs/benchmarks.md)."""
     if dtype_name != "auto":
         return "none", f"dtype {dtype_name} is configured"
     if device.type != "cpu":
@@ -106,16 +109,21 @@ def auto_quantization(dtype_name: str, device: torch.device, features: CpuFeatur
         return "none", f"CPU with {feats.describe()} computes in bf16"
     if not (fbgemm_fp16_available() if fbgemm_fp16 is None else fbgemm_fp16):
         return "none", "this torch build lacks fbgemm's fp16 GEMM"
-    return "fp16", "CPU without AVX-512 BF16 or AMX: fp16 weights halve decode's bytes, activations stay fp32"
+    threads = torch.get_num_threads() if threads is None else threads
+    if threads > 1:
+        return "none", (f"torch runs {threads} threads: fp32's GEMM uses them all, fbgemm's fp16 GEMM one "
+                        "(fp16 weights pay at one thread, as llmop serve runs on two cores)")
+    return "fp16", ("CPU without AVX-512 BF16 or AMX, one torch thread: fp16 weights halve decode's bytes, "
+                    "activations stay fp32")
 
 
-def resolve_precision(dtype_name: str, quantization: str, device: torch.device,
-                      features: CpuFeatures | None = None, fbgemm_fp16: bool | None = None) -> Precision:
+def resolve_precision(dtype_name: str, quantization: str, device: torch.device, features: CpuFeatures | None = None,
+                      fbgemm_fp16: bool | None = None, threads: int | None = None) -> Precision:
     """The dtype and the concrete quantization of an engine config on `device` (ValueError for an
     unknown dtype). The core resolves them once and hands its ranks the concrete quantization."""
     resolved, why_q = quantization, "configured"
     if quantization == "auto":
-        resolved, why_q = auto_quantization(dtype_name, device, features, fbgemm_fp16)
+        resolved, why_q = auto_quantization(dtype_name, device, features, fbgemm_fp16, threads)
     dtype, why_d = resolve_dtype(dtype_name, device, resolved, features)
     return Precision(dtype, resolved, f"dtype {dtype_name}: {why_d}; quantization {quantization}: {why_q}")
 

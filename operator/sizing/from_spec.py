@@ -68,25 +68,25 @@ def _pinned_dtype(spec: LLMDeploymentSpec) -> str | None:
 
 
 def _auto_on_cpu(spec: LLMDeploymentSpec) -> bool:
-    """`quantization: auto` on CPU nodes with no pinned dtype, where the engine picks fp16 weights
-    over fp32 activations (an x86 CPU without BF16) or plain bf16 ones (with it): sizing counts the
-    first, the larger (its embedding and norms are fp32), and keeps the KV cache plain weights would
-    have. (A CPU with neither BF16 nor fbgemm, such as an aarch64 one, would hold fp32 weights: the
-    engine image is built for x86-64.)"""
+    """`quantization: auto` on CPU nodes with no pinned dtype. The engine picks by the CPU it finds
+    and its thread count: fp16 weights over fp32 activations (x86 without BF16, one thread), fp32
+    weights (without BF16, more threads, or no fbgemm), bf16 ones (with BF16). Sizing counts the
+    largest, fp32, and keeps the KV cache plain weights would have (rendered, so the engine uses it)."""
     return (spec.model.quantization == "auto" and spec.accelerator.type is AcceleratorType.CPU
             and _pinned_dtype(spec) is None)
 
 
 def _served(arch: Architecture, spec: LLMDeploymentSpec) -> Architecture:
     """The weights as the engine holds them (the draft's too): at the dtype `engine.overrides`
-    pins, else the architecture's; one byte each with int8 quantization (over the pinned dtype's
-    activations); two with fp16, over fp32 activations (and so for `auto` on CPU nodes)."""
-    pinned = _pinned_dtype(spec)
+    pins, else the architecture's (fp32 for `auto` on CPU nodes, its largest outcome); one byte
+    each with int8 quantization (over the pinned dtype's activations); two with fp16, over fp32
+    activations."""
+    pinned = _pinned_dtype(spec) or ("float32" if _auto_on_cpu(spec) else None)
     if pinned is not None:
         arch = dataclasses.replace(arch, dtype=pinned)
     if spec.model.quantization == "int8":
         return dataclasses.replace(arch, dtype="int8", activation_dtype=pinned)
-    if spec.model.quantization == "fp16" or _auto_on_cpu(spec):
+    if spec.model.quantization == "fp16":
         return dataclasses.replace(arch, dtype="float16", activation_dtype="float32")
     return arch
 

@@ -509,19 +509,30 @@ def test_fp16_weights_on_a_cpu_accelerator_run_as_sized():
         LLMDeploymentSpec.model_validate({**SPEC, "model": {**SPEC["model"], "quantization": "fp16"}})
 
 
-@pytest.mark.parametrize("cpu,resolved", [("no_bf16", ("float32", "fp16")), ("bf16", ("bfloat16", "none"))])
-def test_auto_quantization_on_a_cpu_accelerator_runs_as_sized(cpu, resolved, monkeypatch):
+@pytest.mark.parametrize("cpu,threads,resolved", [("no_bf16", 1, ("float32", "fp16")),
+                                                 ("no_bf16", 2, ("float32", "none")), ("bf16", 1, ("bfloat16", "none"))])
+def test_auto_quantization_on_a_cpu_accelerator_runs_as_sized(cpu, threads, resolved, monkeypatch):
     """The default `quantization: auto` on `accelerator.type: cpu`: rendered as is with the KV dtype
-    sizing counted. The engine resolves it for the CPU it finds (made to find each kind here: fp16
-    weights over fp32 activations without BF16, bf16 with it), holds no more weight bytes than
-    sizing counted either way, and exactly the KV blocks planned."""
+    sizing counted. The engine resolves it for the CPU and threads it finds (made to find each kind
+    here: fp16 weights over fp32 activations without BF16 on one thread, fp32 weights on two, bf16
+    with BF16), holds no more weight bytes than sizing counted each way, and exactly the KV blocks
+    planned."""
     from llmop.engine.device_caps import CpuFeatures
 
     monkeypatch.setattr("llmop.engine.device_caps.cpu_features", lambda: CpuFeatures(cpu == "bf16", False, False))
     monkeypatch.setattr("llmop.engine.device_caps.fbgemm_fp16_available", lambda: True)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # one: as `llmop serve` runs on a 2-core node
+    try:
+        _auto_on_a_cpu_accelerator(resolved)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _auto_on_a_cpu_accelerator(resolved: tuple[str, str]) -> None:
     spec = LLMDeploymentSpec.model_validate({
         **SPEC, "model": {k: v for k, v in SPEC["model"].items() if k != "quantization"},
-        "parallelism": {"tensor": 1}, "accelerator": {**SPEC["accelerator"], "type": "cpu", "memoryPerGPU": "640Mi"},
+        "parallelism": {"tensor": 1}, "accelerator": {**SPEC["accelerator"], "type": "cpu", "memoryPerGPU": "800Mi"},
         "kvCache": {k: v for k, v in SPEC["kvCache"].items() if k != "dtype"}})
     plan = plan_for(spec)
     rendered = engine_config(spec, NAME, plan, sources_for(spec, Settings()))

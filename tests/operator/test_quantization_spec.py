@@ -39,15 +39,16 @@ def test_int8_weights_are_sized_at_one_byte_and_rendered():
 
 def test_auto_is_the_default_and_sized_as_the_engine_may_resolve_it():
     """The engine resolves `auto` on the node: plain weights on a GPU; on a CPU fp16 weights over
-    fp32 activations (no BF16) or bf16 ones. Sizing counts a GPU's auto as none, a CPU's weights as
-    fp16's (the larger: its embedding is fp32) with none's KV cache; the rendered config keeps `auto`."""
+    fp32 activations (no BF16, one thread), fp32 ones (no BF16, more threads) or bf16 ones (BF16).
+    Sizing counts a GPU's auto as none, a CPU's weights at fp32 (the largest) with none's KV cache;
+    the rendered config keeps `auto`."""
     gpu, plain_gpu = plan_for(_spec("auto")), plan_for(_spec("none"))
     assert gpu.chosen == plain_gpu.chosen and gpu.request == plain_gpu.request
     assert engine_config(_spec("auto"), "llama", gpu, NO_SOURCES).quantization == "auto"
     cpu, plain, fp16 = plan_for(_spec("auto", "cpu")), plan_for(_spec("none", "cpu")), plan_for(_spec("fp16", "cpu"))
-    assert cpu.chosen.weights_bytes == fp16.chosen.weights_bytes > plain.chosen.weights_bytes
+    at = lambda plan: plan.request.architecture.weight_bytes_per_gpu(1)  # noqa: E731
+    assert at(cpu) == 2 * at(plain) and at(cpu) > at(fp16)  # the catalog's bf16 weights, at 4 bytes
     assert cpu.request.kv_bytes_per_token == plain.request.kv_bytes_per_token < fp16.request.kv_bytes_per_token
-    assert cpu.kv_blocks < plain.kv_blocks  # the same memory, more of it for weights
     cfg = engine_config(_spec("auto", "cpu"), "llama", cpu, NO_SOURCES)
     assert (cfg.quantization, cfg.kv_cache_dtype, cfg.device) == ("auto", "bfloat16", "cpu")
     unset = LLMDeploymentSpec.model_validate({"model": {"source": "hf://meta-llama/Meta-Llama-3-8B-Instruct"},
