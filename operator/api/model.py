@@ -85,8 +85,10 @@ class ModelSpec(CRDModel):
         "auto",
         description=(
             "auto (default): the engine's choice for the node it runs on, made at start-up: fp16 weights (as "
-            "below) on a CPU without AVX-512 BF16/AMX when engine.overrides sets no dtype, plain weights "
-            "elsewhere; sizing counts it as none. none: the checkpoint's weights at the model's dtype. "
+            "below) on an x86 CPU without AVX-512 BF16/AMX running torch on one thread (llmop serve on a "
+            "2-CPU pod) when engine.overrides sets no dtype, plain weights elsewhere; sizing counts it as "
+            "none on GPUs and at fp32 weights on CPU accelerators. none: the checkpoint's weights at the "
+            "model's dtype. "
             "int8: the engine stores the linear layers' weights as int8 with per-channel scales "
             "(quantized at load from the checkpoint's weights, GGUF Q8_0 included, which is dequantized first) "
             "and sizing counts one byte per weight. fp16 (accelerator.type cpu only): the linear layers' weights "

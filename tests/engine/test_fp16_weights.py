@@ -71,8 +71,9 @@ def test_tp3_over_fp16_weights_gives_the_tp1_tokens(fp16_llm, prompt_ids):
 
 def test_defaults_pick_fp16_weights_where_the_cpu_computes_in_fp32(fp16_llm, prompt_ids):
     """`dtype: auto` and `quantization: auto` (the defaults): fp16 weights exactly where
-    `auto_quantization` says this CPU computes in fp32, and the engine's config (which its ranks,
-    its draft model and its logs read) holds the concrete choice, not `auto`."""
+    `auto_quantization` says so for this CPU and thread count (`make test` runs one thread: fp16 on a
+    CPU without BF16), and the engine's config (which its ranks, its draft model and its logs read)
+    holds the concrete choice, not `auto`."""
     from llmop.engine.device_caps import auto_quantization
     from llmop.engine.fp16_weights import Fp16WeightLinear
     from llmop.engine.llm import LLM
