@@ -2,12 +2,12 @@
 
 A CPU with AVX-512 BF16 or AMX runs bf16 matmuls several times faster than fp32 (and streams half
 the bytes in decode); one without them emulates bf16 and runs it many times slower than fp32. So
-`dtype: auto` means bf16 on such a CPU and on CUDA, fp32 on any other CPU. On that other CPU fp32
+`dtype: auto` means bf16 on such a CPU and on CUDA, fp32 on any other CPU. Where that is fp32,
 decode streams 4 bytes per weight, so `quantization: auto` (with `dtype: auto`) stores the linear
-layers' weights as fp16 for fbgemm's fp16 GEMM there (`fp16_weights`) when torch runs one thread
-(that GEMM's only one): half the bytes, fp32 activations. The engine logs the choices and their reasons; measure a new machine with
-`bench/decode_speed.py` or `bench/throughput.py` rather than trusting a figure from another one. Under `llmop serve` the CPU engine also leaves a core to the server
-(`serving_threads`).
+layers' weights as fp16 for fbgemm's fp16 GEMM (`fp16_weights`) when torch runs one thread (that
+GEMM's only one): half the bytes, fp32 activations. The engine logs the choices and their reasons;
+measure a new machine with `bench/decode_speed.py` rather than trusting a figure from another one.
+Under `llmop serve` the CPU engine also leaves a core to the server (`serving_threads`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ class Precision:
     dtype: torch.dtype
     quantization: str
     reason: str
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
 
 
 @dataclass(frozen=True)
@@ -92,40 +96,36 @@ def fbgemm_fp16_available() -> bool:
             and torch.backends.cpu.get_cpu_capability() != "DEFAULT")
 
 
-def auto_quantization(dtype_name: str, device: torch.device, features: CpuFeatures | None = None,
-                      fbgemm_fp16: bool | None = None, threads: int | None = None) -> tuple[str, str]:
-    """What `quantization: auto` means here, and why: fp16 weights when the precision is left to
-    the engine (`dtype: auto`) on a CPU that computes in fp32 (no AVX-512 BF16/AMX), has fbgemm's
-    fp16 GEMM, and runs torch on one thread (`threads`, default torch's count); none otherwise.
-    A configured dtype keeps its weights as they are. The thread count matters because torch runs
-    fbgemm's fp16 GEMM on one thread while fp32's BLAS uses them all: at one thread fp16 weights
-    decode faster, with more the fp32 GEMM catches up in decode and wins prefill (docs/benchmarks.md)."""
+def auto_quantization(dtype_name: str, dtype: torch.dtype, device: torch.device, fbgemm_fp16: bool | None = None,
+                      threads: int | None = None) -> tuple[str, str]:
+    """What `quantization: auto` means, and why, given the dtype `dtype_name` resolved to: fp16
+    weights when that was the engine's own choice (`auto`) and came out fp32 on the CPU, fbgemm
+    has its fp16 GEMM, and torch runs one thread (`threads`, default torch's count); none otherwise.
+    The thread count matters because torch runs fbgemm's fp16 GEMM on one thread while fp32's BLAS
+    uses them all: with more, fp32 catches up in decode and wins prefill (docs/benchmarks.md)."""
     if dtype_name != "auto":
         return "none", f"dtype {dtype_name} is configured"
-    if device.type != "cpu":
-        return "none", f"{device.type} computes in bf16"
-    feats = features or cpu_features()
-    if feats.fast_bf16:
-        return "none", f"CPU with {feats.describe()} computes in bf16"
+    if device.type != "cpu" or dtype != torch.float32:
+        return "none", f"{device.type} computes in {str(dtype).removeprefix('torch.')}"
     if not (fbgemm_fp16_available() if fbgemm_fp16 is None else fbgemm_fp16):
         return "none", "this torch build lacks fbgemm's fp16 GEMM"
     threads = torch.get_num_threads() if threads is None else threads
     if threads > 1:
         return "none", (f"torch runs {threads} threads: fp32's GEMM uses them all, fbgemm's fp16 GEMM one "
                         "(fp16 weights pay at one thread, as llmop serve runs on two cores)")
-    return "fp16", ("CPU without AVX-512 BF16 or AMX, one torch thread: fp16 weights halve decode's bytes, "
-                    "activations stay fp32")
+    return "fp16", "fp32 on one torch thread: fp16 weights halve decode's bytes, activations stay fp32"
 
 
 def resolve_precision(dtype_name: str, quantization: str, device: torch.device, features: CpuFeatures | None = None,
                       fbgemm_fp16: bool | None = None, threads: int | None = None) -> Precision:
     """The dtype and the concrete quantization of an engine config on `device` (ValueError for an
-    unknown dtype). The core resolves them once and hands its ranks the concrete quantization."""
-    resolved, why_q = quantization, "configured"
-    if quantization == "auto":
-        resolved, why_q = auto_quantization(dtype_name, device, features, fbgemm_fp16, threads)
-    dtype, why_d = resolve_dtype(dtype_name, device, resolved, features)
-    return Precision(dtype, resolved, f"dtype {dtype_name}: {why_d}; quantization {quantization}: {why_q}")
+    unknown dtype). The core resolves them once and hands its ranks the concrete names."""
+    if quantization != "auto":
+        dtype, why = resolve_dtype(dtype_name, device, quantization, features)
+        return Precision(dtype, quantization, f"dtype {dtype_name}: {why}; quantization {quantization}: configured")
+    dtype, why = resolve_dtype(dtype_name, device, "none", features)  # fp16 weights keep fp32, so it stands
+    resolved, why_q = auto_quantization(dtype_name, dtype, device, fbgemm_fp16, threads)
+    return Precision(dtype, resolved, f"dtype {dtype_name}: {why}; quantization auto: {resolved}, {why_q}")
 
 
 def resolve_dtype(name: str, device: torch.device, quantization: str = "none",

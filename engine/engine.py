@@ -75,10 +75,9 @@ class LLMEngine:
         t0 = time.monotonic()
         self.device = resolve_device(config.device)
         precision = resolve_precision(config.dtype, config.quantization, self.device)
-        log.info("dtype %s, quantization %s (%s)", str(precision.dtype).removeprefix("torch."),
-                 precision.quantization, precision.reason)
-        # The ranks, the draft model and the LoRA layers get the concrete quantization, decided once.
-        config = config.model_copy(update={"quantization": precision.quantization})
+        log.info("dtype %s, quantization %s (%s)", precision.dtype_name, precision.quantization, precision.reason)
+        # Decided once: the ranks, the draft model and the logs get concrete names, never `auto`.
+        config = config.model_copy(update={"dtype": precision.dtype_name, "quantization": precision.quantization})
         self.config, self.dtype = config, precision.dtype
         self.kv_dtype = resolve_kv_dtype(config.kv_cache_dtype, self.dtype,
                                          resolve_attention_backend(config.attention_backend, self.device))

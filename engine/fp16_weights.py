@@ -8,7 +8,7 @@ than bf16 weights (10 mantissa bits against 7). A pass replaces the linear layer
 int8's: after tensor-parallel sharding, before LoRA (which wraps the result).
 
 It is what `quantization: auto` (the default) picks on such a CPU when the dtype is `auto` too
-(`device_caps.auto_quantization`). torch marks these ops deprecated: `fbgemm_fp16_available` says
+and torch runs one thread (`device_caps.auto_quantization`). torch marks these ops deprecated: `fbgemm_fp16_available` says
 whether this build still has them; `auto` then keeps fp32 weights, and a configured
 `quantization: fp16` is refused at start-up (as it is off the CPU, or with 16-bit activations:
 there the weights are 16-bit already).

@@ -19,7 +19,7 @@ import torch
 from llmop.engine.attention import AttentionMetadata, get_attention_backend
 from llmop.engine.checkpoint import load_state_dict, open_checkpoint
 from llmop.engine.config import EngineConfig
-from llmop.engine.device_caps import resolve_device, resolve_precision
+from llmop.engine.device_caps import resolve_device, resolve_dtype
 from llmop.engine.forward_batch import ForwardBatch
 from llmop.engine.kv_cache import KVCacheSpec, allocate_kv_cache, available_memory
 from llmop.engine.lora.runtime import LoraRuntime
@@ -75,8 +75,9 @@ class ModelRunner:
         self.device = rank_device(resolve_device(config.device), shard)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        precision = resolve_precision(config.dtype, config.quantization, self.device)  # the core's, resolved again
-        self.dtype, quantization = precision.dtype, precision.quantization
+        if config.quantization == "auto":
+            raise ValueError("a rank takes the quantization the engine core resolved, not auto")
+        self.dtype, _ = resolve_dtype(config.dtype, self.device, config.quantization)  # a name: the core's choice
         ckpt = open_checkpoint(config.model)
         self.full_config = ckpt.config
         self.model_config = rank_config(ckpt.config, shard.size)
@@ -86,8 +87,8 @@ class ModelRunner:
         del weights
         if shard.size > 1:
             apply_tensor_parallel(self.model, group)
-        self.int8_layers = quantize_int8(self.model, self.dtype) if quantization == "int8" else 0
-        if quantization == "fp16":
+        self.int8_layers = quantize_int8(self.model, self.dtype) if config.quantization == "int8" else 0
+        if config.quantization == "fp16":
             log.info("fp16 weights (fbgemm) in %d linear layers, fp32 activations",
                      convert_fp16(self.model, self.device, self.dtype))
         if self.int8_layers and (why := int8_slowdown(self.device, self.dtype)) is not None:

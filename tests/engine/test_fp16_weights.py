@@ -69,24 +69,37 @@ def test_tp3_over_fp16_weights_gives_the_tp1_tokens(fp16_llm, prompt_ids):
         tp3.engine.shutdown()
 
 
-def test_defaults_pick_fp16_weights_where_the_cpu_computes_in_fp32(fp16_llm, prompt_ids):
-    """`dtype: auto` and `quantization: auto` (the defaults): fp16 weights exactly where
-    `auto_quantization` says so for this CPU and thread count (`make test` runs one thread: fp16 on a
-    CPU without BF16), and the engine's config (which its ranks, its draft model and its logs read)
-    holds the concrete choice, not `auto`."""
-    from llmop.engine.device_caps import auto_quantization
+def test_defaults_pick_fp16_weights_where_the_cpu_computes_in_fp32(fp16_llm, prompt_ids, monkeypatch):
+    """`dtype: auto` and `quantization: auto` (the defaults) on a CPU without BF16 (made so here)
+    with torch on one thread: the engine is the one configured with fp16 weights (same layers,
+    same tokens), and its config, which its ranks, draft model and logs read, holds the concrete
+    names, not `auto`."""
+    from llmop.engine.device_caps import CpuFeatures
     from llmop.engine.fp16_weights import Fp16WeightLinear
     from llmop.engine.llm import LLM
 
-    llm = LLM(None, kv_cache_memory_bytes=32 << 20, max_num_seqs=4)
+    monkeypatch.setattr("llmop.engine.device_caps.cpu_features", lambda: CpuFeatures(False, False, False))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
-        expected, _ = auto_quantization("auto", llm.engine.device)
-        assert llm.engine.config.quantization == expected
+        llm = LLM(None, kv_cache_memory_bytes=32 << 20, max_num_seqs=4)
+    finally:
+        torch.set_num_threads(before)
+    try:
+        assert (llm.engine.config.dtype, llm.engine.config.quantization) == ("float32", "fp16")
         model = llm.engine.executor.runner.model
-        assert any(isinstance(m, Fp16WeightLinear) for m in model.modules()) == (expected == "fp16")
-        if expected == "fp16":  # the same engine as the one configured so
-            params = SamplingParams(max_tokens=NEW, temperature=0.0, ignore_eos=True)
-            want = [list(o.token_ids) for o in fp16_llm.generate(prompt_ids[:3], params)]
-            assert [list(o.token_ids) for o in llm.generate(prompt_ids[:3], params)] == want
+        assert sum(isinstance(m, Fp16WeightLinear) for m in model.modules()) == 30 * 7 + 1
+        params = SamplingParams(max_tokens=NEW, temperature=0.0, ignore_eos=True)
+        want = [list(o.token_ids) for o in fp16_llm.generate(prompt_ids[:3], params)]
+        assert [list(o.token_ids) for o in llm.generate(prompt_ids[:3], params)] == want
     finally:
         llm.engine.shutdown()
+
+
+def test_a_rank_refuses_an_unresolved_quantization():
+    from llmop.engine.config import EngineConfig
+    from llmop.engine.model_runner import ModelRunner
+    from llmop.engine.tp.shard import RankShard
+
+    with pytest.raises(ValueError, match="the engine core resolved"):
+        ModelRunner(EngineConfig(), RankShard(0, 1), torch.float32, ())
