@@ -49,7 +49,7 @@ def draft_for(spec: LLMDeploymentSpec, target: Architecture, max_model_len: int)
         raise SizingError(SizingReason.DRAFT_INCOMPATIBLE, f"the draft model's context ({found.max_context_length}) "
                           f"is shorter than maxModelLen {max_model_len}; set spec.engine.maxModelLen to at most "
                           f"{found.max_context_length}")
-    return DraftRequest(_served(found, spec), speculative.draft_kv_cache_memory_bytes)
+    return DraftRequest(_served(found, spec, _float_dtype(spec)), speculative.draft_kv_cache_memory_bytes)
 
 
 def _resolve(declared: ArchitectureSpec | None, source: str | None, name: str | None) -> Architecture | None:
@@ -67,25 +67,23 @@ def _pinned_dtype(spec: LLMDeploymentSpec) -> str | None:
     return dtype if dtype in FLOAT_DTYPES else None
 
 
-def _auto_on_cpu(spec: LLMDeploymentSpec) -> bool:
-    """`quantization: auto` on CPU nodes with no pinned dtype. The engine picks by the CPU it finds
-    and its thread count: fp16 weights over fp32 activations (x86 without BF16, one thread), fp32
-    weights (without BF16, more threads, or no fbgemm), bf16 ones (with BF16). Sizing counts the
-    largest, fp32, and keeps the KV cache plain weights would have (rendered, so the engine uses it)."""
-    return (spec.model.quantization == "auto" and spec.accelerator.type is AcceleratorType.CPU
-            and _pinned_dtype(spec) is None)
+def _float_dtype(spec: LLMDeploymentSpec) -> str | None:
+    """The float dtype sizing counts the engine computing in: the one `engine.overrides` pins, else
+    on CPU nodes fp32, the widest the engine may pick there (`dtype: auto` is bf16 on a CPU with
+    AVX-512 BF16 or AMX, fp32 on one without, and `quantization: auto` may store fp16 weights over
+    fp32 activations: all no larger). None: the architecture's (GPUs run it)."""
+    pinned = _pinned_dtype(spec)
+    return pinned or ("float32" if spec.accelerator.type is AcceleratorType.CPU else None)
 
 
-def _served(arch: Architecture, spec: LLMDeploymentSpec) -> Architecture:
-    """The weights as the engine holds them (the draft's too): at the dtype `engine.overrides`
-    pins, else the architecture's (fp32 for `auto` on CPU nodes, its largest outcome); one byte
-    each with int8 quantization (over the pinned dtype's activations); two with fp16, over fp32
-    activations."""
-    pinned = _pinned_dtype(spec) or ("float32" if _auto_on_cpu(spec) else None)
-    if pinned is not None:
-        arch = dataclasses.replace(arch, dtype=pinned)
+def _served(arch: Architecture, spec: LLMDeploymentSpec, float_dtype: str | None) -> Architecture:
+    """The weights as the engine holds them (the draft's too), computing in `float_dtype` (None: the
+    architecture's): one byte each with int8 quantization (over those activations); two with fp16,
+    over fp32 activations."""
+    if float_dtype is not None:
+        arch = dataclasses.replace(arch, dtype=float_dtype)
     if spec.model.quantization == "int8":
-        return dataclasses.replace(arch, dtype="int8", activation_dtype=pinned)
+        return dataclasses.replace(arch, dtype="int8", activation_dtype=float_dtype)
     if spec.model.quantization == "fp16":
         return dataclasses.replace(arch, dtype="float16", activation_dtype="float32")
     return arch
@@ -99,7 +97,10 @@ def _unknown(source: str | None, field: str) -> str:
 def request_for(spec: LLMDeploymentSpec) -> SizingRequest:
     """The sizing inputs of a spec."""
     plain = _declared_or_known(spec)
-    arch = _served(plain, spec)
+    arch = _served(plain, spec, _float_dtype(spec))
+    # The KV cache dtype is rendered, so the engine keeps it whatever it computes in: the one the
+    # architecture's own dtype gives, not the widened CPU one (fp32 KV would halve the tokens held).
+    nominal = _served(plain, spec, _pinned_dtype(spec))
     max_model_len = spec.engine.max_model_len or arch.max_context_length
     if max_model_len is None:
         raise SizingError(
@@ -132,7 +133,7 @@ def request_for(spec: LLMDeploymentSpec) -> SizingRequest:
         budget_tokens=budget,
         max_model_len=max_model_len,
         block_size=kv.block_size,
-        kv_dtype=plain.kv_dtype(kv.dtype) if _auto_on_cpu(spec) else kv.dtype,
+        kv_dtype=nominal.kv_dtype(kv.dtype),
         tensor=None if tensor == "auto" else int(tensor),
         draft=draft,
     )

@@ -509,14 +509,17 @@ def test_fp16_weights_on_a_cpu_accelerator_run_as_sized():
         LLMDeploymentSpec.model_validate({**SPEC, "model": {**SPEC["model"], "quantization": "fp16"}})
 
 
-@pytest.mark.parametrize("cpu,threads,resolved", [("no_bf16", 1, ("float32", "fp16")),
-                                                 ("no_bf16", 2, ("float32", "none")), ("bf16", 1, ("bfloat16", "none"))])
-def test_auto_quantization_on_a_cpu_accelerator_runs_as_sized(cpu, threads, resolved, monkeypatch):
-    """The default `quantization: auto` on `accelerator.type: cpu`: rendered as is with the KV dtype
-    sizing counted. The engine resolves it for the CPU and threads it finds (made to find each kind
-    here: fp16 weights over fp32 activations without BF16 on one thread, fp32 weights on two, bf16
-    with BF16), holds no more weight bytes than sizing counted each way, and exactly the KV blocks
-    planned."""
+@pytest.mark.parametrize("quantization,cpu,threads,resolved", [
+    ("auto", "no_bf16", 1, ("float32", "fp16")), ("auto", "no_bf16", 2, ("float32", "none")),
+    ("auto", "bf16", 1, ("bfloat16", "none")), ("none", "no_bf16", 1, ("float32", "none")),
+    ("int8", "no_bf16", 1, ("float32", "int8"))])
+def test_the_engines_choice_on_a_cpu_accelerator_runs_as_sized(quantization, cpu, threads, resolved, monkeypatch):
+    """`accelerator.type: cpu` with no pinned dtype: the engine picks its float dtype by the CPU it
+    finds, and `quantization: auto` (the default) its weights by the CPU and threads too (made to
+    find each kind here: fp16 weights over fp32 activations without BF16 on one thread, fp32 weights
+    on two, bf16 with BF16); `none` and `int8` compute in fp32 without BF16. Rendered with the KV
+    dtype sizing counted, the engine holds no more weight bytes than sizing counted each way, and
+    exactly the KV blocks planned."""
     from llmop.engine.device_caps import CpuFeatures
 
     monkeypatch.setattr("llmop.engine.device_caps.cpu_features", lambda: CpuFeatures(cpu == "bf16", False, False))
@@ -524,19 +527,19 @@ def test_auto_quantization_on_a_cpu_accelerator_runs_as_sized(cpu, threads, reso
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # one: as `llmop serve` runs on a 2-core node
     try:
-        _auto_on_a_cpu_accelerator(resolved)
+        _on_a_cpu_accelerator(quantization, resolved)
     finally:
         torch.set_num_threads(before)
 
 
-def _auto_on_a_cpu_accelerator(resolved: tuple[str, str]) -> None:
+def _on_a_cpu_accelerator(quantization: str, resolved: tuple[str, str]) -> None:
     spec = LLMDeploymentSpec.model_validate({
-        **SPEC, "model": {k: v for k, v in SPEC["model"].items() if k != "quantization"},
+        **SPEC, "model": {**SPEC["model"], "quantization": quantization},
         "parallelism": {"tensor": 1}, "accelerator": {**SPEC["accelerator"], "type": "cpu", "memoryPerGPU": "800Mi"},
         "kvCache": {k: v for k, v in SPEC["kvCache"].items() if k != "dtype"}})
     plan = plan_for(spec)
     rendered = engine_config(spec, NAME, plan, sources_for(spec, Settings()))
-    assert (rendered.quantization, rendered.kv_cache_dtype, rendered.device) == ("auto", "bfloat16", "cpu")
+    assert (rendered.quantization, rendered.kv_cache_dtype, rendered.device) == (quantization, "bfloat16", "cpu")
     eng = LLMEngine(rendered.model_copy(update={"model": str(embedded_model_path())}))
     try:
         (rank,) = eng.executor.describe()

@@ -40,15 +40,16 @@ def test_int8_weights_are_sized_at_one_byte_and_rendered():
 def test_auto_is_the_default_and_sized_as_the_engine_may_resolve_it():
     """The engine resolves `auto` on the node: plain weights on a GPU; on a CPU fp16 weights over
     fp32 activations (no BF16, one thread), fp32 ones (no BF16, more threads) or bf16 ones (BF16).
-    Sizing counts a GPU's auto as none, a CPU's weights at fp32 (the largest) with none's KV cache;
-    the rendered config keeps `auto`."""
+    Sizing counts a GPU's auto as none, a CPU's weights at fp32 (the largest), as it counts none
+    there, with the KV cache the catalog's dtype gives; the rendered config keeps `auto`."""
     gpu, plain_gpu = plan_for(_spec("auto")), plan_for(_spec("none"))
     assert gpu.chosen == plain_gpu.chosen and gpu.request == plain_gpu.request
     assert engine_config(_spec("auto"), "llama", gpu, NO_SOURCES).quantization == "auto"
     cpu, plain, fp16 = plan_for(_spec("auto", "cpu")), plan_for(_spec("none", "cpu")), plan_for(_spec("fp16", "cpu"))
     at = lambda plan: plan.request.architecture.weight_bytes_per_gpu(1)  # noqa: E731
-    assert at(cpu) == 2 * at(plain) and at(cpu) > at(fp16)  # the catalog's bf16 weights, at 4 bytes
+    assert at(cpu) == at(plain) == 2 * at(plain_gpu) and at(cpu) > at(fp16)  # the catalog's bf16, at 4 bytes
     assert cpu.request.kv_bytes_per_token == plain.request.kv_bytes_per_token < fp16.request.kv_bytes_per_token
+    assert plain.request.kv_bytes_per_token == plain_gpu.request.kv_bytes_per_token  # bf16 KV, rendered
     cfg = engine_config(_spec("auto", "cpu"), "llama", cpu, NO_SOURCES)
     assert (cfg.quantization, cfg.kv_cache_dtype, cfg.device) == ("auto", "bfloat16", "cpu")
     unset = LLMDeploymentSpec.model_validate({"model": {"source": "hf://meta-llama/Meta-Llama-3-8B-Instruct"},
@@ -56,8 +57,25 @@ def test_auto_is_the_default_and_sized_as_the_engine_may_resolve_it():
     assert unset.model.quantization == "auto"
 
 
+def test_the_engines_float_dtype_on_a_cpu_is_sized_at_fp32():
+    """With no pinned dtype the engine computes in bf16 on a CPU with BF16 and in fp32 on one without:
+    sizing counts fp32 weights (none) and fp32 embedding and norms under int8 weights, while the KV
+    cache keeps the dtype the catalog's bf16 gives (rendered, so the engine holds that one)."""
+    at = lambda plan: plan.request.architecture.weight_bytes_per_gpu(1)  # noqa: E731
+    gpu, cpu = plan_for(_spec("none")), plan_for(_spec("none", "cpu"))
+    params = gpu.request.architecture.parameters
+    assert (at(gpu), at(cpu)) == (2 * params, 4 * params)
+    int8_gpu, int8_cpu = plan_for(_spec("int8")), plan_for(_spec("int8", "cpu"))
+    table, norms = 128256 * 4096, (2 * 32 + 1) * 4096
+    scales = 32 * (4096 + 2 * 1024 + 2 * 14336 + 2 * 4096) + 128256
+    assert at(int8_cpu) - at(int8_gpu) == 2 * (table + norms + scales)
+    for plan, spec in ((cpu, _spec("none", "cpu")), (int8_cpu, _spec("int8", "cpu"))):
+        assert plan.request.kv_bytes_per_token == gpu.request.kv_bytes_per_token
+        assert engine_config(spec, "llama", plan, NO_SOURCES).kv_cache_dtype == "bfloat16"
+
+
 def test_fp16_weights_are_sized_at_two_bytes_over_fp32_activations():
-    plain, fp16 = plan_for(_spec("none", "cpu")), plan_for(_spec("fp16", "cpu"))
+    plain, fp16 = plan_for(_spec("none")), plan_for(_spec("fp16", "cpu"))
     params = plain.request.architecture.parameters
     table, norms = 128256 * 4096, (2 * 32 + 1) * 4096
     # linear layers (the untied head included) at two bytes, no scales; embedding and norms in fp32
@@ -99,7 +117,7 @@ def test_a_pinned_dtype_is_what_sizing_counts(quantization, accelerator):
     cache, whatever `auto` would pick; sizing counts that, and renders that KV dtype."""
     spec = _spec(quantization, accelerator).model_copy(deep=True)
     spec.engine.overrides["dtype"] = "float32"
-    pinned, plain = plan_for(spec), plan_for(_spec("none", accelerator))
+    pinned, plain = plan_for(spec), plan_for(_spec("none"))  # a GPU's none: the catalog's bf16
     at = lambda plan: plan.request.architecture.weight_bytes_per_gpu(1)  # noqa: E731
     assert at(pinned) == 2 * at(plain)  # the catalog's bf16 weights, at 4 bytes
     assert pinned.request.kv_bytes_per_token == 2 * plain.request.kv_bytes_per_token
