@@ -100,7 +100,8 @@ def auto_quantization(dtype_name: str, dtype: torch.dtype, device: torch.device,
                       threads: int | None = None) -> tuple[str, str]:
     """What `quantization: auto` means, and why, given the dtype `dtype_name` resolved to: fp16
     weights when that was the engine's own choice (`auto`) and came out fp32 on the CPU, fbgemm
-    has its fp16 GEMM, and torch runs one thread (`threads`, default torch's count); none otherwise.
+    has its fp16 GEMM, and torch runs one thread (`threads`: a rank's, `rank_threads`; default torch's
+    count); none otherwise.
     The thread count matters because torch runs fbgemm's fp16 GEMM on one thread while fp32's BLAS
     uses them all: with more, fp32 catches up in decode and wins prefill (docs/benchmarks.md)."""
     if dtype_name != "auto":
@@ -139,6 +140,12 @@ def resolve_dtype(name: str, device: torch.device, quantization: str = "none",
     if name not in DTYPES:
         raise ValueError(f"unknown dtype {name!r}; choose auto or one of {sorted(DTYPES)}")
     return DTYPES[name], "configured"
+
+
+def rank_threads(threads: int, tensor_parallel_size: int) -> int:
+    """A CPU rank's torch threads when `tensor_parallel_size` ranks share the engine's `threads`
+    (each rank is a process of its own; one rank runs in the engine's process with all of them)."""
+    return max(1, threads // tensor_parallel_size)
 
 
 def serving_threads(default_threads: int, omp_num_threads: str | None, cpu_budget: int | None = None) -> int | None:

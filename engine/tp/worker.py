@@ -19,12 +19,13 @@ def worker_main(conn, config, rank: int, size: int, init_method: str, kv_dtype, 
 
     import torch
 
+    from llmop.engine.device_caps import rank_threads
     from llmop.engine.model_runner import ModelRunner
     from llmop.engine.tp.shard import RankShard
 
     try:
         if config.device != "cuda" and not torch.cuda.is_available():
-            torch.set_num_threads(max(1, threads // size))
+            torch.set_num_threads(rank_threads(threads, size))
         group = None
         if size > 1:
             backend = "nccl" if torch.cuda.is_available() and config.device != "cpu" else "gloo"

@@ -55,15 +55,24 @@ def test_the_engine_refuses_fp16_weights_with_bf16_activations():
         LLM(None, dtype="bfloat16", quantization="fp16", kv_cache_memory_bytes=16 << 20, max_num_seqs=2)
 
 
-def test_tp3_over_fp16_weights_gives_the_tp1_tokens(fp16_llm, prompt_ids):
-    """Each rank converts its own slices, after sharding."""
+def test_tp3_over_fp16_weights_gives_the_tp1_tokens(fp16_llm, prompt_ids, monkeypatch):
+    """Each rank converts its own slices, after sharding. Reached through the defaults: on a CPU
+    without BF16 (made so here) the core's three torch threads are one per rank, so `auto` is
+    decided for one thread (the ranks' count, not the core's)."""
+    from llmop.engine.device_caps import CpuFeatures
     from llmop.engine.llm import LLM
 
     params = SamplingParams(max_tokens=NEW, temperature=0.0, ignore_eos=True)
     want = [list(o.token_ids) for o in fp16_llm.generate(prompt_ids[:3], params)]
-    tp3 = LLM(None, dtype="float32", quantization="fp16", tensor_parallel_size=3, kv_cache_memory_bytes=32 << 20,
-              max_num_seqs=4)
+    monkeypatch.setattr("llmop.engine.device_caps.cpu_features", lambda: CpuFeatures(False, False, False))
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
     try:
+        tp3 = LLM(None, tensor_parallel_size=3, kv_cache_memory_bytes=32 << 20, max_num_seqs=4)
+    finally:
+        torch.set_num_threads(before)
+    try:
+        assert (tp3.engine.config.dtype, tp3.engine.config.quantization) == ("float32", "fp16")
         assert [list(o.token_ids) for o in tp3.generate(prompt_ids[:3], params)] == want
     finally:
         tp3.engine.shutdown()
