@@ -144,7 +144,7 @@ def resolve_dtype(name: str, device: torch.device, quantization: str = "none",
 
 def rank_threads(threads: int, tensor_parallel_size: int) -> int:
     """A CPU rank's torch threads when `tensor_parallel_size` ranks share the engine's `threads`
-    (each rank is a process of its own; one rank runs in the engine's process with all of them)."""
+    (each rank a process of its own; at size 1 the one rank has all of them)."""
     return max(1, threads // tensor_parallel_size)
 
 

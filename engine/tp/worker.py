@@ -19,12 +19,12 @@ def worker_main(conn, config, rank: int, size: int, init_method: str, kv_dtype, 
 
     import torch
 
-    from llmop.engine.device_caps import rank_threads
+    from llmop.engine.device_caps import rank_threads, resolve_device
     from llmop.engine.model_runner import ModelRunner
     from llmop.engine.tp.shard import RankShard
 
     try:
-        if config.device != "cuda" and not torch.cuda.is_available():
+        if resolve_device(config.device).type == "cpu":
             torch.set_num_threads(rank_threads(threads, size))
         group = None
         if size > 1:

@@ -45,10 +45,10 @@ class Architecture:
         a tied head is the embedding itself, or its int8 copy when the weights are int8); int8
         weights add their scales (`scale_bytes_per_gpu`); fp16 weights over fp32 activations count
         like int8's, at two bytes and without scales. Without the vocabulary and hidden sizes:
-        all weights / t (at the activations' dtype when it is wider than the weights', int8's
-        included, since the embedding and norms are kept in it and their share is unknown)."""
+        all weights / t (at the activations' dtype when it is wider than the weights', since the
+        embedding and norms are kept in it and their share is unknown)."""
         if self.vocab_size is None or self.hidden_size is None:
-            widest = max(DTYPE_BYTES[self.dtype], DTYPE_BYTES[self.kv_dtype("auto")])
+            widest = max(DTYPE_BYTES[self.dtype], DTYPE_BYTES[self.activation_dtype or self.dtype])
             return math.ceil(self.parameters * widest / t)
         table = self.vocab_size * self.hidden_size
         norms = (2 * self.layers + 1) * self.hidden_size  # two per decoder layer and the final one

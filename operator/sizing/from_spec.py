@@ -78,12 +78,12 @@ def _float_dtype(spec: LLMDeploymentSpec) -> str | None:
 
 def _served(arch: Architecture, spec: LLMDeploymentSpec, float_dtype: str | None) -> Architecture:
     """The weights as the engine holds them (the draft's too), computing in `float_dtype` (None: the
-    architecture's): one byte each with int8 quantization (over those activations); two with fp16,
-    over fp32 activations."""
+    architecture's): one byte each with int8 quantization (over those activations: bf16, `dtype:
+    auto` on CUDA, when none is given); two with fp16, over fp32 activations."""
     if float_dtype is not None:
         arch = dataclasses.replace(arch, dtype=float_dtype)
     if spec.model.quantization == "int8":
-        return dataclasses.replace(arch, dtype="int8", activation_dtype=float_dtype)
+        return dataclasses.replace(arch, dtype="int8", activation_dtype=float_dtype or "bfloat16")
     if spec.model.quantization == "fp16":
         return dataclasses.replace(arch, dtype="float16", activation_dtype="float32")
     return arch
