@@ -38,7 +38,9 @@ class ArchitectureSpec(CRDModel):
     attention_heads: int = Field(ge=1, le=1024, description="Query heads (num_attention_heads).")
     kv_heads: int = Field(ge=1, le=1024, description="Key/value heads (num_key_value_heads).")
     head_dim: int = Field(ge=1, le=1024, description="Dimension of one attention head (head_dim).")
-    dtype: WeightDType = Field("bfloat16", description="Data type the weights are stored and served in.")
+    dtype: WeightDType = Field("bfloat16", description=(
+        "Data type the checkpoint's weights are stored in. The engine serves floats (int8 only with "
+        "model.quantization int8): fp8, int8 and int4 checkpoints are dequantized, and sized as bf16."))
     max_context_length: int | None = Field(
         None, ge=16, description="The model's context window (max_position_embeddings)."
     )

@@ -78,10 +78,11 @@ def _float_dtype(spec: LLMDeploymentSpec) -> str | None:
 
 def _served(arch: Architecture, spec: LLMDeploymentSpec, float_dtype: str | None) -> Architecture:
     """The weights as the engine holds them (the draft's too), computing in `float_dtype` (None: the
-    architecture's): one byte each with int8 quantization (over those activations: bf16, `dtype:
-    auto` on CUDA, when none is given); two with fp16, over fp32 activations."""
-    if float_dtype is not None:
-        arch = dataclasses.replace(arch, dtype=float_dtype)
+    architecture's if a float, else bf16, `dtype: auto` on CUDA: the engine serves an fp8/int8/int4
+    checkpoint dequantized); one byte each with int8 quantization (over those activations: bf16
+    when none is given); two with fp16, over fp32 activations."""
+    if float_dtype is not None or arch.dtype not in FLOAT_DTYPES:
+        arch = dataclasses.replace(arch, dtype=float_dtype or "bfloat16")
     if spec.model.quantization == "int8":
         return dataclasses.replace(arch, dtype="int8", activation_dtype=float_dtype or "bfloat16")
     if spec.model.quantization == "fp16":

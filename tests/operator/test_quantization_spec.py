@@ -74,6 +74,24 @@ def test_the_engines_float_dtype_on_a_cpu_is_sized_at_fp32():
         assert engine_config(spec, "llama", plan, NO_SOURCES).kv_cache_dtype == "bfloat16"
 
 
+@pytest.mark.parametrize("stored", ["int4", "fp8", "int8"])
+def test_a_checkpoint_stored_below_16_bits_is_sized_as_the_floats_the_engine_serves(stored):
+    """The engine dequantizes such checkpoints (a GGUF Q4 file to its float dtype): bf16 on a GPU,
+    up to fp32 on a CPU node; int8 quantization stores one byte per weight whatever the checkpoint."""
+    def spec(quantization: str, accelerator: str) -> LLMDeploymentSpec:
+        return LLMDeploymentSpec.model_validate({
+            "model": {"source": "pvc://models/llama", "quantization": quantization, "architecture": {
+                "parameters": 8_000_000_000, "layers": 32, "attentionHeads": 32, "kvHeads": 8, "headDim": 128,
+                "dtype": stored, "maxContextLength": 8192}},
+            "accelerator": {"memoryPerGPU": "80Gi", "type": accelerator}, "kvCache": {"budgetTokens": 8192}})
+
+    at = lambda plan: plan.request.architecture.weight_bytes_per_gpu(1)  # noqa: E731
+    assert at(plan_for(spec("none", "gpu"))) == 2 * 8_000_000_000
+    assert at(plan_for(spec("none", "cpu"))) == 4 * 8_000_000_000
+    assert at(plan_for(spec("int8", "gpu"))) == 2 * 8_000_000_000  # no sizes: at the activations' bf16
+    assert plan_for(spec("none", "gpu")).request.resolved_kv_dtype == "bfloat16"
+
+
 def test_fp16_weights_are_sized_at_two_bytes_over_fp32_activations():
     plain, fp16 = plan_for(_spec("none")), plan_for(_spec("fp16", "cpu"))
     params = plain.request.architecture.parameters
