@@ -1,6 +1,6 @@
 """The operator converges through control-plane faults, and nothing churns once it has: after each
 fault the LLMDeployment is Ready on its latest spec, and the system falls quiet: a spell passes in
-which no object it owns (nor the LLMDeployment) changes resourceVersion.
+which nothing the operator writes changes (`harness.operator_writes`).
 
 Faults (`llmop.devcluster.faults`), each right after a spec change, so a reconcile is in flight:
 the API server restarted; etcd frozen; and an expired watch: the operator frozen while the spec
@@ -17,13 +17,12 @@ import time
 import pytest
 import yaml
 
-from harness import apply, condition, eventually, get, kubectl_json
+from harness import apply, condition, eventually, get, operator_writes
 
 from llmop.devcluster import faults, runner
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
-OWNED = ("configmap", "deployment", "service", "pdb")
 QUIET_S = 10
 
 
@@ -45,20 +44,11 @@ def converged(cluster, ns, max_model_len: int) -> bool:
     )  # fmt: skip
 
 
-def versions(cluster, ns) -> dict[str, str]:
-    out = {"llmd": get(cluster, "llmd", "chat", ns)["metadata"]["resourceVersion"]}
-    for kind in OWNED:
-        items = kubectl_json(cluster, kind, "-n", ns, "-l", "app.kubernetes.io/instance=chat")["items"]
-        assert len(items) == 1, f"{kind}: {[i['metadata']['name'] for i in items]}"
-        out[kind] = items[0]["metadata"]["resourceVersion"]
-    return out
-
-
 def quiet(cluster, ns) -> bool:
-    """No resourceVersion of the LLMDeployment or of what it owns changes for QUIET_S seconds."""
-    before = versions(cluster, ns)
+    """Nothing the operator writes for the LLMDeployment changes for QUIET_S seconds."""
+    before = operator_writes(cluster, ns)
     time.sleep(QUIET_S)
-    return versions(cluster, ns) == before
+    return operator_writes(cluster, ns) == before
 
 
 def settle(cluster, ns, max_model_len: int, what: str) -> None:

@@ -14,6 +14,7 @@ import yaml
 
 from harness import (
     OPERATOR_NS,
+    OWNED,
     OperatorProcess,
     apply,
     condition,
@@ -22,13 +23,13 @@ from harness import (
     install_chart,
     kubectl_json,
     new_namespace,
+    operator_writes,
     service_account_kubeconfig,
 )
 
 pytestmark = pytest.mark.k8s
 
 LEASE_SECONDS = 4
-OWNED = ("configmap", "deployment", "service", "pdb")
 
 
 def manifest() -> str:
@@ -47,15 +48,6 @@ def ready(cluster, ns):
     d = get(cluster, "llmd", "chat", ns)
     return d if d and (condition(d, "Ready") or {}).get("status") == "True" and d["status"].get(
         "observedGeneration") == d["metadata"]["generation"] else None  # fmt: skip
-
-
-def versions(cluster, ns) -> dict[str, str]:
-    """resourceVersion of the LLMDeployment and of every object it owns."""
-    out = {"llmd": get(cluster, "llmd", "chat", ns)["metadata"]["resourceVersion"]}
-    for kind in OWNED:
-        items = kubectl_json(cluster, kind, "-n", ns, "-l", "app.kubernetes.io/instance=chat")["items"]
-        out |= {f"{kind}/{i['metadata']['name']}": i["metadata"]["resourceVersion"] for i in items}
-    return out
 
 
 def test_the_standby_takes_over_from_a_killed_leader_and_a_clean_leader_hands_over(k8s_cluster, operator_slot,
@@ -90,9 +82,9 @@ def test_the_standby_takes_over_from_a_killed_leader_and_a_clean_leader_hands_ov
         assert d["status"]["replicas"] == 2 and condition(d, "SizingValid")["status"] == "True"  # no status lost
 
         # Converged: renewals of the Lease go on, no other object changes.
-        before = versions(kc, ns)
+        before = operator_writes(kc, ns)
         time.sleep(3 * LEASE_SECONDS)
-        assert versions(kc, ns) == before
+        assert operator_writes(kc, ns) == before
 
         # A leader stopped with SIGTERM releases the Lease: the standby leads without waiting it out.
         a.start()
