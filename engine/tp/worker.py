@@ -24,11 +24,12 @@ def worker_main(conn, config, rank: int, size: int, init_method: str, kv_dtype, 
     from llmop.engine.tp.shard import RankShard
 
     try:
-        if resolve_device(config.device).type == "cpu":
+        on_cpu = resolve_device(config.device).type == "cpu"
+        if on_cpu:
             torch.set_num_threads(rank_threads(threads, size))
         group = None
         if size > 1:
-            backend = "nccl" if torch.cuda.is_available() and config.device != "cpu" else "gloo"
+            backend = "gloo" if on_cpu else "nccl"
             if backend == "nccl":
                 torch.cuda.set_device(rank)  # before the group: NCCL binds each rank to its current device
             torch.distributed.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
