@@ -2,11 +2,13 @@
 
 A CPU with AVX-512 BF16 or AMX runs bf16 matmuls several times faster than fp32 (and streams half
 the bytes in decode); one without them emulates bf16 and runs it many times slower than fp32. So
-`dtype: auto` means bf16 on such a CPU and on CUDA, fp32 on any other CPU. Where that is fp32,
-decode streams 4 bytes per weight, so `quantization: auto` (with `dtype: auto`) stores the linear
-layers' weights as fp16 for fbgemm's fp16 GEMM (`fp16_weights`) when torch runs one thread (that
-GEMM's only one): half the bytes, fp32 activations. The engine logs the choices and their reasons;
-measure a new machine with `bench/decode_speed.py` rather than trusting a figure from another one.
+`dtype: auto` on its own means bf16 on such a CPU and on CUDA, fp32 on any other CPU.
+`quantization: auto` (with `dtype: auto`) goes further on a CPU without AMX: it stores the linear
+layers' weights as fp16 for fbgemm's fp16 GEMM (`fp16_weights`) and computes in fp32, half the
+bytes of fp32 weights; where the CPU has AVX-512 BF16 but no AMX, that GEMM also beat oneDNN's bf16
+one in decode, by most at a batch of rows. AMX runs bf16 GEMMs on its tiles, so there bf16 stays.
+The engine logs the choices and their reasons; measure a new machine with `bench/decode_speed.py`
+rather than trusting a figure from another one (docs/benchmarks.md has the ones behind this rule).
 Under `llmop serve` the CPU engine also leaves a core to the server (`serving_threads`).
 """
 
@@ -90,43 +92,42 @@ def auto_dtype(device: torch.device, features: CpuFeatures | None = None) -> tup
 
 
 def fbgemm_fp16_available() -> bool:
-    """Whether this torch build has fbgemm's fp16-weight GEMM (deprecated in torch, still shipped;
-    x86 builds only: elsewhere the op exists and raises) and the CPU runs it vectorised."""
-    return (hasattr(torch, "fbgemm_pack_gemm_matrix_fp16") and "fbgemm" in torch.backends.quantized.supported_engines
+    """Whether this torch build has fbgemm's fp16-weight GEMM through both of its ops (`fp16_weights`;
+    x86 builds only: elsewhere the ops exist and raise) and the CPU runs it vectorised."""
+    return (hasattr(torch, "fbgemm_pack_gemm_matrix_fp16") and hasattr(torch.ops.quantized, "linear_prepack_fp16")
+            and "fbgemm" in torch.backends.quantized.supported_engines
             and torch.backends.cpu.get_cpu_capability() != "DEFAULT")
 
 
-def auto_quantization(dtype_name: str, dtype: torch.dtype, device: torch.device, fbgemm_fp16: bool | None = None,
-                      threads: int | None = None) -> tuple[str, str]:
-    """What `quantization: auto` means, and why, given the dtype `dtype_name` resolved to: fp16
-    weights when that was the engine's own choice (`auto`) and came out fp32 on the CPU, fbgemm
-    has its fp16 GEMM, and torch runs one thread (`threads`: a rank's, `rank_threads`; default torch's
-    count); none otherwise.
-    The thread count matters because torch runs fbgemm's fp16 GEMM on one thread while fp32's BLAS
-    uses them all: with more, fp32 catches up in decode and wins prefill (docs/benchmarks.md)."""
+def auto_quantization(dtype_name: str, device: torch.device, features: CpuFeatures | None = None,
+                      fbgemm_fp16: bool | None = None) -> tuple[str, str]:
+    """What `quantization: auto` means, and why: fp16 weights (over fp32 activations) when the dtype
+    is the engine's own choice too (`auto`), on a CPU without AMX whose torch has fbgemm's fp16 GEMM;
+    none otherwise."""
     if dtype_name != "auto":
         return "none", f"dtype {dtype_name} is configured"
-    if device.type != "cpu" or dtype != torch.float32:
-        return "none", f"{device.type} computes in {str(dtype).removeprefix('torch.')}"
+    if device.type != "cpu":
+        return "none", f"{device.type} computes in bf16"
+    feats = features or cpu_features()
+    if feats.amx_bf16:
+        return "none", "AMX runs bf16 GEMMs on its tiles"
     if not (fbgemm_fp16_available() if fbgemm_fp16 is None else fbgemm_fp16):
         return "none", "this torch build lacks fbgemm's fp16 GEMM"
-    threads = torch.get_num_threads() if threads is None else threads
-    if threads > 1:
-        return "none", (f"torch runs {threads} threads: fp32's GEMM uses them all, fbgemm's fp16 GEMM one "
-                        "(fp16 weights pay at one thread, as llmop serve runs on two cores)")
-    return "fp16", "fp32 on one torch thread: fp16 weights halve decode's bytes, activations stay fp32"
+    return "fp16", (f"CPU without AMX ({feats.describe()}): fbgemm's fp16 weights over fp32 activations "
+                    "stream half fp32's bytes and beat bf16 GEMMs without AMX")
 
 
 def resolve_precision(dtype_name: str, quantization: str, device: torch.device, features: CpuFeatures | None = None,
-                      fbgemm_fp16: bool | None = None, threads: int | None = None) -> Precision:
+                      fbgemm_fp16: bool | None = None) -> Precision:
     """The dtype and the concrete quantization of an engine config on `device` (ValueError for an
     unknown dtype). The core resolves them once and hands its ranks the concrete names."""
-    if quantization != "auto":
-        dtype, why = resolve_dtype(dtype_name, device, quantization, features)
-        return Precision(dtype, quantization, f"dtype {dtype_name}: {why}; quantization {quantization}: configured")
-    dtype, why = resolve_dtype(dtype_name, device, "none", features)  # fp16 weights keep fp32, so it stands
-    resolved, why_q = auto_quantization(dtype_name, dtype, device, fbgemm_fp16, threads)
-    return Precision(dtype, resolved, f"dtype {dtype_name}: {why}; quantization auto: {resolved}, {why_q}")
+    if quantization == "auto":
+        resolved, why = auto_quantization(dtype_name, device, features, fbgemm_fp16)
+        why_q = f"{resolved}, {why}"
+    else:
+        resolved, why_q = quantization, "configured"
+    dtype, why_d = resolve_dtype(dtype_name, device, resolved, features)
+    return Precision(dtype, resolved, f"dtype {dtype_name}: {why_d}; quantization {quantization}: {why_q}")
 
 
 def resolve_dtype(name: str, device: torch.device, quantization: str = "none",

@@ -23,7 +23,7 @@ from llmop.engine.block_manager import BlockManager
 from llmop.engine.checkpoint import Checkpoint, open_checkpoint
 from llmop.engine.config import EngineConfig
 from llmop.engine.detokenizer import IncrementalDetokenizer
-from llmop.engine.device_caps import rank_threads, resolve_device, resolve_precision
+from llmop.engine.device_caps import resolve_device, resolve_precision
 from llmop.engine.draft_proposer import build_draft_proposer
 from llmop.engine.executor import Executor, build_executor
 from llmop.engine.forward_batch import ForwardBatch, build_forward_batch
@@ -75,8 +75,7 @@ class LLMEngine:
         config = EngineConfig.model_validate({**(config or EngineConfig()).model_dump(), **overrides})
         t0 = time.monotonic()
         self.device = resolve_device(config.device)
-        precision = resolve_precision(config.dtype, config.quantization, self.device,
-                                      threads=rank_threads(torch.get_num_threads(), config.tensor_parallel_size))
+        precision = resolve_precision(config.dtype, config.quantization, self.device)
         log.info("dtype %s, quantization %s (%s)", precision.dtype_name, precision.quantization, precision.reason)
         # Decided once: the ranks, the draft model and the logs get concrete names, never `auto`.
         config = config.model_copy(update={"dtype": precision.dtype_name, "quantization": precision.quantization})

@@ -87,9 +87,8 @@ class ModelSpec(CRDModel):
         "auto",
         description=(
             "auto (default): the engine's choice for the node it runs on, made at start-up: fp16 weights (as "
-            "below) on an x86 CPU without AVX-512 BF16/AMX running torch on one thread (llmop serve on a "
-            "2-CPU pod) when engine.overrides sets no dtype, plain weights elsewhere; sizing counts it as "
-            "none. none: the checkpoint's weights at the model's dtype. On CPU accelerators with no dtype in "
+            "below) on an x86 CPU without AMX when engine.overrides sets no dtype, plain weights elsewhere "
+            "(bf16 on GPUs and AMX CPUs); sizing counts it as none. none: the checkpoint's weights at the model's dtype. On CPU accelerators with no dtype in "
             "engine.overrides sizing counts fp32 (the widest float the engine picks there) for weights (auto, "
             "none) or the embedding (int8). "
             "int8: the engine stores the linear layers' weights as int8 with per-channel scales "

@@ -69,9 +69,8 @@ def _pinned_dtype(spec: LLMDeploymentSpec) -> str | None:
 
 def _float_dtype(spec: LLMDeploymentSpec) -> str | None:
     """The float dtype sizing counts the engine computing in: the one `engine.overrides` pins, else
-    on CPU nodes fp32, the widest the engine may pick there (`dtype: auto` is bf16 on a CPU with
-    AVX-512 BF16 or AMX, fp32 on one without, and `quantization: auto` may store fp16 weights over
-    fp32 activations: all no larger). None: the architecture's (GPUs run it)."""
+    on CPU nodes fp32, the widest the engine may pick there (`dtype: auto` is bf16 or fp32 by the
+    CPU, and `quantization: auto` may store fp16 weights over fp32 activations: all no larger). None: the architecture's (GPUs run it)."""
     pinned = _pinned_dtype(spec)
     return pinned or ("float32" if spec.accelerator.type is AcceleratorType.CPU else None)
 

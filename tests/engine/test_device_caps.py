@@ -44,26 +44,29 @@ def picked(*args) -> tuple[torch.dtype, str]:
     return p.dtype, p.quantization
 
 
-def test_auto_quantization_is_fp16_weights_only_where_the_cpu_computes_in_fp32():
-    cpu, zen2, zen4 = torch.device("cpu"), parse_cpu_flags(ZEN2), parse_cpu_flags(ZEN4)
-    p = resolve_precision("auto", "auto", cpu, zen2, fbgemm_fp16=True, threads=1)
+def test_auto_quantization_is_fp16_weights_on_a_cpu_without_amx():
+    cpu, zen2, zen4, sapphire = (torch.device("cpu"), parse_cpu_flags(ZEN2), parse_cpu_flags(ZEN4),
+                                 parse_cpu_flags(SAPPHIRE))
+    p = resolve_precision("auto", "auto", cpu, zen2, fbgemm_fp16=True)
     assert (p.dtype, p.quantization, p.dtype_name) == (torch.float32, "fp16", "float32")
     assert "fp16 weights" in p.reason and "dtype auto" in p.reason
-    assert picked("auto", "auto", cpu, zen4, True, 1) == (torch.bfloat16, "none")
-    assert picked("auto", "auto", cpu, parse_cpu_flags(SAPPHIRE), True, 1) == (torch.bfloat16, "none")
-    assert picked("auto", "auto", torch.device("cuda"), zen2, True, 1) == (torch.bfloat16, "none")
-    # A configured dtype keeps its weights; a build without fbgemm's fp16 GEMM keeps fp32 ones.
-    assert picked("float32", "auto", cpu, zen2, True, 1) == (torch.float32, "none")
-    assert picked("auto", "auto", cpu, zen2, False, 1) == (torch.float32, "none")
-    # fbgemm's fp16 GEMM runs on one thread: with more, fp32's BLAS keeps the weights.
-    assert picked("auto", "auto", cpu, zen2, True, 2) == (torch.float32, "none")
-    assert "2 threads" in resolve_precision("auto", "auto", cpu, zen2, True, 2).reason
-    assert auto_quantization("auto", torch.float32, cpu, fbgemm_fp16=True, threads=1)[0] == "fp16"
-    assert auto_quantization("auto", torch.bfloat16, cpu, fbgemm_fp16=True, threads=1)[0] == "none"
+    # AVX-512 BF16 without AMX: fp16 weights over fp32 activations beat bf16 there too.
+    assert picked("auto", "auto", cpu, zen4, True) == (torch.float32, "fp16")
+    assert picked("auto", "auto", cpu, sapphire, True) == (torch.bfloat16, "none")
+    assert "AMX" in resolve_precision("auto", "auto", cpu, sapphire, True).reason
+    assert picked("auto", "auto", torch.device("cuda"), zen2, True) == (torch.bfloat16, "none")
+    # A configured dtype keeps its weights; a build without fbgemm's fp16 GEMM keeps float ones.
+    assert picked("float32", "auto", cpu, zen2, True) == (torch.float32, "none")
+    assert picked("bfloat16", "auto", cpu, zen4, True) == (torch.bfloat16, "none")
+    assert picked("auto", "auto", cpu, zen2, False) == (torch.float32, "none")
+    assert picked("auto", "auto", cpu, zen4, False) == (torch.bfloat16, "none")
+    assert auto_quantization("auto", cpu, zen4, fbgemm_fp16=True)[0] == "fp16"
+    assert auto_quantization("auto", cpu, sapphire, fbgemm_fp16=True)[0] == "none"
     # A configured quantization is taken as is, whatever the machine.
-    assert picked("auto", "none", cpu, zen2, True, 1) == (torch.float32, "none")
-    assert picked("auto", "int8", cpu, zen4, True, 1) == (torch.bfloat16, "int8")
-    assert picked("auto", "fp16", cpu, zen4, True, 1) == (torch.float32, "fp16")
+    assert picked("auto", "none", cpu, zen2, True) == (torch.float32, "none")
+    assert picked("auto", "none", cpu, zen4, True) == (torch.bfloat16, "none")
+    assert picked("auto", "int8", cpu, zen4, True) == (torch.bfloat16, "int8")
+    assert picked("auto", "fp16", cpu, sapphire, True) == (torch.float32, "fp16")
 
 
 def test_serving_leaves_a_core_unless_omp_num_threads_says():

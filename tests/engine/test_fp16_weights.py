@@ -56,9 +56,9 @@ def test_the_engine_refuses_fp16_weights_with_bf16_activations():
 
 
 def test_tp3_over_fp16_weights_gives_the_tp1_tokens(fp16_llm, prompt_ids, monkeypatch):
-    """Each rank converts its own slices, after sharding. Reached through the defaults: on a CPU
-    without BF16 (made so here) the core's three torch threads are one per rank, so `auto` is
-    decided for one thread (the ranks' count, not the core's)."""
+    """Each rank converts its own slices, after sharding, packed for its own thread count (the core's
+    three torch threads are one per rank). Reached through the defaults on a CPU without BF16 (made
+    so here)."""
     from llmop.engine.device_caps import CpuFeatures
     from llmop.engine.llm import LLM
 
@@ -78,18 +78,18 @@ def test_tp3_over_fp16_weights_gives_the_tp1_tokens(fp16_llm, prompt_ids, monkey
         tp3.engine.shutdown()
 
 
-def test_defaults_pick_fp16_weights_where_the_cpu_computes_in_fp32(fp16_llm, prompt_ids, monkeypatch):
-    """`dtype: auto` and `quantization: auto` (the defaults) on a CPU without BF16 (made so here)
-    with torch on one thread: the engine is the one configured with fp16 weights (same layers,
-    same tokens), and its config, which its ranks, draft model and logs read, holds the concrete
-    names, not `auto`."""
+def test_defaults_pick_fp16_weights_on_a_cpu_without_amx(fp16_llm, prompt_ids, monkeypatch):
+    """`dtype: auto` and `quantization: auto` (the defaults) on a CPU with AVX-512 BF16 but no AMX
+    (made so here), torch on two threads: the engine is the one configured with fp16 weights (same
+    layers, same tokens), packed for the op that uses both threads, and its config, which its ranks,
+    draft model and logs read, holds the concrete names, not `auto`."""
     from llmop.engine.device_caps import CpuFeatures
-    from llmop.engine.fp16_weights import Fp16WeightLinear
+    from llmop.engine.fp16_weights import Fp16Op, Fp16WeightLinear
     from llmop.engine.llm import LLM
 
-    monkeypatch.setattr("llmop.engine.device_caps.cpu_features", lambda: CpuFeatures(False, False, False))
+    monkeypatch.setattr("llmop.engine.device_caps.cpu_features", lambda: CpuFeatures(True, False, True))
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(2)
     try:
         llm = LLM(None, kv_cache_memory_bytes=32 << 20, max_num_seqs=4)
     finally:
@@ -97,12 +97,31 @@ def test_defaults_pick_fp16_weights_where_the_cpu_computes_in_fp32(fp16_llm, pro
     try:
         assert (llm.engine.config.dtype, llm.engine.config.quantization) == ("float32", "fp16")
         model = llm.engine.executor.runner.model
-        assert sum(isinstance(m, Fp16WeightLinear) for m in model.modules()) == 30 * 7 + 1
+        layers = [m for m in model.modules() if isinstance(m, Fp16WeightLinear)]
+        assert len(layers) == 30 * 7 + 1 and {m.op for m in layers} == {Fp16Op.ALL_THREADS}
         params = SamplingParams(max_tokens=NEW, temperature=0.0, ignore_eos=True)
         want = [list(o.token_ids) for o in fp16_llm.generate(prompt_ids[:3], params)]
         assert [list(o.token_ids) for o in llm.generate(prompt_ids[:3], params)] == want
     finally:
         llm.engine.shutdown()
+
+
+@pytest.mark.parametrize("op_name", ["ONE_THREAD", "ALL_THREADS"])
+def test_each_fp16_op_matches_its_torch_reference(op_name):
+    """Both ops against `F.linear` over the fp16-rounded weight in fp32, on irregular shapes, 1-3
+    dimensional inputs of 1 to 37 rows, with and without a bias."""
+    from llmop.engine.fp16_weights import Fp16Op, Fp16WeightLinear
+
+    gen = torch.Generator().manual_seed(7)
+    for out_f, in_f, lead, bias in [(5, 3, (1,), False), (67, 45, (37,), True), (130, 96, (2, 3), True),
+                                    (33, 257, (4,), False)]:
+        w = torch.randn(out_f, in_f, generator=gen)
+        b = torch.randn(out_f, generator=gen) if bias else None
+        x = torch.randn(*lead, in_f, generator=gen)
+        got = Fp16WeightLinear(w, b, Fp16Op[op_name])(x)
+        want = torch.nn.functional.linear(x, w.half().float(), b)
+        assert got.shape == want.shape and got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_rank_refuses_an_unresolved_quantization():

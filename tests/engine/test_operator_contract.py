@@ -510,19 +510,21 @@ def test_fp16_weights_on_a_cpu_accelerator_run_as_sized():
 
 
 @pytest.mark.parametrize("quantization,cpu,threads,resolved", [
-    ("auto", "no_bf16", 1, ("float32", "fp16")), ("auto", "no_bf16", 2, ("float32", "none")),
-    ("auto", "bf16", 1, ("bfloat16", "none")), ("none", "no_bf16", 1, ("float32", "none")),
+    ("auto", "no_bf16", 1, ("float32", "fp16")), ("auto", "no_bf16", 2, ("float32", "fp16")),
+    ("auto", "bf16", 2, ("float32", "fp16")), ("auto", "amx", 1, ("bfloat16", "none")),
+    ("none", "no_bf16", 1, ("float32", "none")), ("none", "bf16", 1, ("bfloat16", "none")),
     ("int8", "no_bf16", 1, ("float32", "int8"))])
 def test_the_engines_choice_on_a_cpu_accelerator_runs_as_sized(quantization, cpu, threads, resolved, monkeypatch):
     """`accelerator.type: cpu` with no pinned dtype: the engine picks its float dtype by the CPU it
-    finds, and `quantization: auto` (the default) its weights by the CPU and threads too (made to
-    find each kind here: fp16 weights over fp32 activations without BF16 on one thread, fp32 weights
-    on two, bf16 with BF16); `none` and `int8` compute in fp32 without BF16. Rendered with the KV
+    finds, and `quantization: auto` (the default) its weights by the CPU too (made to find each kind
+    here: fp16 weights over fp32 activations without AMX, on one thread or two, bf16 with AMX);
+    `none` and `int8` compute in fp32 without BF16, `none` in bf16 with it. Rendered with the KV
     dtype sizing counted, the engine holds no more weight bytes than sizing counted each way, and
     exactly the KV blocks planned."""
     from llmop.engine.device_caps import CpuFeatures
 
-    monkeypatch.setattr("llmop.engine.device_caps.cpu_features", lambda: CpuFeatures(cpu == "bf16", False, False))
+    monkeypatch.setattr("llmop.engine.device_caps.cpu_features",
+                        lambda: CpuFeatures(cpu in ("bf16", "amx"), cpu == "amx", False))
     monkeypatch.setattr("llmop.engine.device_caps.fbgemm_fp16_available", lambda: True)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)  # one: as `llmop serve` runs on a 2-core node
