@@ -40,7 +40,7 @@ from llmop.serve_process import ServeProcess, free_port, wait_http_ok
 
 PEERS = Path(os.environ.get("LLMOP_PEERS", Path.home() / ".cache/llmop/peers"))
 CONFIGS = {  # llmop engine settings per --configs name
-    "auto": {},  # the engine's defaults: fp16 weights on a CPU without BF16 at one torch thread (docs/engine.md)
+    "auto": {},  # the engine's defaults: fp16 weights over fp32 activations on an x86 CPU without AMX (docs/engine.md)
     "fp32": {"dtype": "float32"},
     "bf16": {"dtype": "bfloat16"},
     "fp16w": {"dtype": "float32", "quantization": "fp16"},

@@ -8,9 +8,10 @@ Also: single-request decode tok/s and time to first token for a 128-token prompt
 
     .venv/bin/python -P bench/throughput.py [--requests 64] [--dtype auto] [--quantization auto] [--skip-hf]
 
-`--dtype auto --quantization auto` (the defaults) are the engine's choices for this machine: bf16 with
-AVX-512 BF16/AMX, else fp32 activations with fp16 weights; HF runs in the same activations' dtype,
-which is its fastest here too.
+`--dtype auto --quantization auto` (the defaults) are the engine's choices for this machine: bf16
+with AMX, else fp32 activations with fp16 weights (docs/engine.md). HF runs at its fastest dtype on
+the machine (`--hf-dtype auto`: bf16 on a CPU with AVX-512 BF16 or AMX, fp32 without), which need
+not be the engine's.
 """
 
 from __future__ import annotations
@@ -122,22 +123,25 @@ def main() -> None:
     ap.add_argument("--max-num-batched-tokens", type=int, default=1024)
     ap.add_argument("--hf-single-requests", type=int, default=6)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--hf-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                    help="HF's dtype; auto: its fastest on this CPU (bf16 with AVX-512 BF16/AMX, else fp32)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    # The engine's defaults, made concrete here so that HF runs the same activations' dtype.
-    from llmop.engine.device_caps import resolve_precision
+    # The engine's defaults and HF's fastest dtype, made concrete here for the report.
+    from llmop.engine.device_caps import resolve_dtype, resolve_precision
 
     precision = resolve_precision(args.dtype, args.quantization, torch.device("cpu"))
     args.dtype = str(precision.dtype).removeprefix("torch.")
     args.quantization = precision.quantization
+    args.hf_dtype = str(resolve_dtype(args.hf_dtype, torch.device("cpu"), "none")[0]).removeprefix("torch.")
     reqs = workload(args.requests, vocab=49152)
     result = {"workload": {"requests": len(reqs), "prompt_tokens": sum(len(p) for p, _ in reqs),
                            "gen_tokens": sum(o for _, o in reqs), "dtype": args.dtype,
-                           "quantization": args.quantization, "threads": args.threads}}
+                           "quantization": args.quantization, "hf_dtype": args.hf_dtype, "threads": args.threads}}
     result["llmop"] = bench_llmop(reqs, args.dtype, args.max_num_seqs, args.max_num_batched_tokens, args.quantization)
     print(json.dumps(result, indent=1), flush=True)
     if not args.skip_hf:
-        model = load_hf(args.dtype)
+        model = load_hf(args.hf_dtype)
         result["hf_static16"] = bench_hf_static(model, reqs)
         print(json.dumps(result["hf_static16"]), flush=True)
         result["hf_single"] = bench_hf_single(model, reqs[: args.hf_single_requests])
