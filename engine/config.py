@@ -112,8 +112,8 @@ class EngineConfig(BaseModel):
     )
     quantization: Literal["auto", "none", "int8", "fp16"] = Field(
         "auto", description="int8: linear layers' weights stored as int8 with per-channel scales (weight-only); "
-        "fp16: stored as fp16 for fp32 activations on the CPU (fbgemm), for CPUs without BF16; auto: fp16 where "
-        "dtype is auto and resolves to float32 on the CPU (and fbgemm has its fp16 GEMM), none otherwise"
+        "fp16: stored as fp16 for fp32 activations on the CPU (fbgemm); auto: fp16 where dtype is auto too, on "
+        "an x86 CPU without AMX whose torch has fbgemm's fp16 GEMM, none otherwise (docs/engine.md)"
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     tensor_parallel_size: int = Field(

@@ -95,7 +95,7 @@ class ModelSpec(CRDModel):
             "(quantized at load from the checkpoint's weights, GGUF Q8_0 included, which is dequantized first) "
             "and sizing counts one byte per weight (the float dtype's bytes for all of them when the architecture "
             "gives no vocabSize and hiddenSize: the embedding's share is unknown). fp16 (accelerator.type cpu only): the linear layers' weights "
-            "as fp16 multiplied into fp32 activations (fbgemm), for CPUs without BF16; sizing counts two bytes "
+            "as fp16 multiplied into fp32 activations (fbgemm), for x86 CPUs without AMX; sizing counts two bytes "
             "per such weight and fp32 for the embedding and the KV cache."
         ),
     )

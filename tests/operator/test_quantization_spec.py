@@ -39,7 +39,7 @@ def test_int8_weights_are_sized_at_one_byte_and_rendered():
 
 def test_auto_is_the_default_and_sized_as_the_engine_may_resolve_it():
     """The engine resolves `auto` on the node: plain weights on a GPU; on a CPU fp16 weights over
-    fp32 activations (no BF16, one thread), fp32 ones (no BF16, more threads) or bf16 ones (BF16).
+    fp32 activations (an x86 CPU without AMX) or bf16 ones (AMX).
     Sizing counts a GPU's auto as none, a CPU's weights at fp32 (the largest), as it counts none
     there, with the KV cache the catalog's dtype gives; the rendered config keeps `auto`."""
     gpu, plain_gpu = plan_for(_spec("auto")), plan_for(_spec("none"))
