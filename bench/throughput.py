@@ -10,8 +10,8 @@ Also: single-request decode tok/s and time to first token for a 128-token prompt
 
 `--dtype auto --quantization auto` (the defaults) are the engine's choices for this machine: bf16
 with AMX, else fp32 activations with fp16 weights (docs/engine.md). HF runs at its fastest dtype on
-the machine (`--hf-dtype auto`: bf16 on a CPU with AVX-512 BF16 or AMX, fp32 without), which need
-not be the engine's.
+the machine (`--hf-dtype auto`: bf16 on a CPU with AVX-512 BF16 or AMX, fp32 without, as
+`dtype: auto` alone picks), which need not be the engine's.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ the bytes in decode); one without them emulates bf16 and runs it many times slow
 `dtype: auto` on its own means bf16 on such a CPU and on CUDA, fp32 on any other CPU.
 `quantization: auto` (with `dtype: auto`) goes further on a CPU without AMX: it stores the linear
 layers' weights as fp16 for fbgemm's fp16 GEMM (`fp16_weights`) and computes in fp32, half the
-bytes of fp32 weights; where the CPU has AVX-512 BF16 but no AMX, that GEMM also beat oneDNN's bf16
-one in decode, by most at a batch of rows. AMX runs bf16 GEMMs on its tiles, so there bf16 stays.
+bytes of fp32 weights; on the CPU with AVX-512 BF16 but no AMX measured in docs/benchmarks.md (a
+2-core Zen 4) that GEMM also beat oneDNN's bf16 one in decode, by most at a batch of rows. AMX runs
+bf16 GEMMs on its tiles, so there bf16 stays.
 The engine logs the choices and their reasons; measure a new machine with `bench/decode_speed.py`
 rather than trusting a figure from another one (docs/benchmarks.md has the ones behind this rule).
 Under `llmop serve` the CPU engine also leaves a core to the server (`serving_threads`).
@@ -95,7 +96,7 @@ def fbgemm_fp16_available() -> bool:
     """Whether this torch build has fbgemm's fp16-weight GEMM through both of its ops (`fp16_weights`;
     x86 builds only: elsewhere the ops exist and raise) and the CPU runs it vectorised."""
     return (hasattr(torch, "fbgemm_pack_gemm_matrix_fp16") and hasattr(torch.ops.quantized, "linear_prepack_fp16")
-            and "fbgemm" in torch.backends.quantized.supported_engines
+            and torch.backends.quantized.engine in ("x86", "fbgemm")  # the ops raise under onednn/qnnpack
             and torch.backends.cpu.get_cpu_capability() != "DEFAULT")
 
 
@@ -114,7 +115,7 @@ def auto_quantization(dtype_name: str, device: torch.device, features: CpuFeatur
     if not (fbgemm_fp16_available() if fbgemm_fp16 is None else fbgemm_fp16):
         return "none", "this torch build lacks fbgemm's fp16 GEMM"
     return "fp16", (f"CPU without AMX ({feats.describe()}): fbgemm's fp16 weights over fp32 activations "
-                    "stream half fp32's bytes and beat bf16 GEMMs without AMX")
+                    "stream half fp32's bytes (the measured choice over bf16 without AMX: docs/benchmarks.md)")
 
 
 def resolve_precision(dtype_name: str, quantization: str, device: torch.device, features: CpuFeatures | None = None,

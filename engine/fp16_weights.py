@@ -1,8 +1,8 @@
 """fp16 weights with fp32 activations on the CPU (`quantization: fp16`): fbgemm's fp16 GEMM.
 
 Why: in fp32 a decode step streams 4 bytes per weight, and int8 has no fast kernel for fp32
-activations (`bench/cpu_int8_paths.py`); bf16 is emulated on a CPU without AVX-512 BF16, and where
-it has that but no AMX, oneDNN's bf16 GEMM for a few rows was measured slower than this one.
+activations (`bench/cpu_int8_paths.py`); bf16 is emulated on a CPU without AVX-512 BF16, and on
+the one with it but no AMX measured in docs/benchmarks.md, oneDNN's bf16 GEMM was slower in decode.
 fbgemm (in every x86 torch build) keeps the weights as fp16 in its own packed layout and multiplies
 them into fp32 activations with fp32 accumulation: half the bytes per step, and far more precise
 than bf16 weights (10 mantissa bits against 7). A pass replaces the linear layers in place, like
@@ -85,11 +85,10 @@ class Fp16WeightLinear(nn.Module):
 
 
 @torch.no_grad()
-def convert_fp16(model: nn.Module, device: torch.device, dtype: torch.dtype, threads: int | None = None) -> int:
-    """Replace every float linear layer by an `Fp16WeightLinear` packed for torch's `threads`
-    (default: its count now, a rank's own once the worker set it), in place; returns how many.
-    ValueError where it cannot run (`unsupported_reason`)."""
+def convert_fp16(model: nn.Module, device: torch.device, dtype: torch.dtype, op: Fp16Op) -> int:
+    """Replace every float linear layer by an `Fp16WeightLinear` packed for `op` (the one a rank's
+    torch threads call for: `Fp16Op.for_threads`), in place; returns how many. ValueError where it
+    cannot run (`unsupported_reason`)."""
     if (why := unsupported_reason(device, dtype)) is not None:
         raise ValueError(why)
-    op = Fp16Op.for_threads(torch.get_num_threads() if threads is None else threads)
     return replace_float_linears(model, lambda m: Fp16WeightLinear(m.weight, m.bias, op))

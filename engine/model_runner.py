@@ -24,7 +24,7 @@ from llmop.engine.forward_batch import ForwardBatch
 from llmop.engine.kv_cache import KVCacheSpec, allocate_kv_cache, available_memory
 from llmop.engine.lora.runtime import LoraRuntime
 from llmop.engine.model import build_model
-from llmop.engine.fp16_weights import convert_fp16
+from llmop.engine.fp16_weights import Fp16Op, convert_fp16
 from llmop.engine.quantization import int8_slowdown, quantize_int8
 from llmop.engine.sampler import SampleResult, sample
 from llmop.engine.tp.shard import RankShard, apply_tensor_parallel, rank_config, weight_slice
@@ -47,6 +47,7 @@ class RankInfo:
     kv_bytes: int
     int8_layers: int
     weight_bytes: int  # the weights this rank holds (its slices plus the replicated parts)
+    fp16_op: str = ""  # the op its fp16 weights are packed for (`fp16_weights.Fp16Op`), "" without them
 
 
 def rank_device(device: torch.device, shard: RankShard) -> torch.device:
@@ -88,9 +89,10 @@ class ModelRunner:
         if shard.size > 1:
             apply_tensor_parallel(self.model, group)
         self.int8_layers = quantize_int8(self.model, self.dtype) if config.quantization == "int8" else 0
-        if config.quantization == "fp16":
-            log.info("fp16 weights (fbgemm) in %d linear layers, fp32 activations",
-                     convert_fp16(self.model, self.device, self.dtype))
+        self.fp16_op = Fp16Op.for_threads(torch.get_num_threads()) if config.quantization == "fp16" else None
+        if self.fp16_op is not None:  # packed for this rank's threads (a TP worker set them already)
+            log.info("fp16 weights (fbgemm, %s) in %d linear layers, fp32 activations", self.fp16_op.value,
+                     convert_fp16(self.model, self.device, self.dtype, self.fp16_op))
         if self.int8_layers and (why := int8_slowdown(self.device, self.dtype)) is not None:
             log.warning("%s", why)
         self.backend = get_attention_backend(config.attention_backend, self.device)
@@ -116,7 +118,7 @@ class ModelRunner:
                         str(self.kv_dtype).removeprefix("torch."), c.num_heads, c.num_kv_heads,
                         self.kv_spec.num_blocks if self.kv_spec else 0,
                         sum(t.nbytes for layer in self.kv_caches for t in layer), self.int8_layers,
-                        _tensor_bytes(self.model))
+                        _tensor_bytes(self.model), self.fp16_op.value if self.fp16_op else "")
 
     def _inputs(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         def t(x, dtype):

@@ -72,12 +72,11 @@ def replace_float_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Modul
     was applied to is refused. A tied LM head gets its own converted copy (the table stays float)."""
     if any(type(m).__name__ == "LoraLinear" for m in model.modules()):
         raise ValueError("apply weight passes before the LoRA pass: LoRA layers wrap the converted weights")
-    targets = [(name, m) for name, m in model.named_modules()
-               if isinstance(m, nn.Linear) and m.weight.is_floating_point()]  # fmt: skip
-    for name, module in targets:
+    targets = [name for name, m in model.named_modules() if isinstance(m, nn.Linear) and m.weight.is_floating_point()]
+    for name in targets:  # by name, so each float layer is freed once replaced (a lower load peak)
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, make(module))
+        setattr(parent, attr, make(getattr(parent, attr)))
     return len(targets)
 
 

@@ -50,7 +50,7 @@ def test_auto_quantization_is_fp16_weights_on_a_cpu_without_amx():
     p = resolve_precision("auto", "auto", cpu, zen2, fbgemm_fp16=True)
     assert (p.dtype, p.quantization, p.dtype_name) == (torch.float32, "fp16", "float32")
     assert "fp16 weights" in p.reason and "dtype auto" in p.reason
-    # AVX-512 BF16 without AMX: fp16 weights over fp32 activations beat bf16 there too.
+    # AVX-512 BF16 without AMX: fp16 weights over fp32 activations too (the measured choice).
     assert picked("auto", "auto", cpu, zen4, True) == (torch.float32, "fp16")
     assert picked("auto", "auto", cpu, sapphire, True) == (torch.bfloat16, "none")
     assert "AMX" in resolve_precision("auto", "auto", cpu, sapphire, True).reason

@@ -12,18 +12,26 @@ NEW = 16
 
 @pytest.fixture(scope="module")
 def fp16_llm():
+    """Built with torch on one thread, as `llmop serve` runs on a 2-core node: the one-thread op."""
     from llmop.engine.llm import LLM
 
-    return LLM(None, dtype="float32", quantization="fp16", kv_cache_memory_bytes=64 << 20,
-               max_num_seqs=8, max_num_batched_tokens=512)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return LLM(None, dtype="float32", quantization="fp16", kv_cache_memory_bytes=64 << 20,
+                   max_num_seqs=8, max_num_batched_tokens=512)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_every_linear_layer_holds_fp16_weights(fp16_llm):
-    from llmop.engine.fp16_weights import Fp16WeightLinear
+    from llmop.engine.fp16_weights import Fp16Op, Fp16WeightLinear
 
     model = fp16_llm.engine.executor.runner.model
     layers = [m for m in model.modules() if isinstance(m, Fp16WeightLinear)]
     assert len(layers) == 30 * 7 + 1  # seven projections per decoder layer, and the (tied) LM head
+    assert {m.op for m in layers} == {Fp16Op.ONE_THREAD}  # packed for the one thread it was built on
+    assert fp16_llm.engine.executor.describe()[0].fp16_op == Fp16Op.ONE_THREAD.value
     assert model.model.embed_tokens.weight.dtype == torch.float32, "the embedding table stays fp32"
     assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
     info = fp16_llm.engine.executor.describe()[0]
@@ -57,7 +65,7 @@ def test_the_engine_refuses_fp16_weights_with_bf16_activations():
 
 def test_tp3_over_fp16_weights_gives_the_tp1_tokens(fp16_llm, prompt_ids, monkeypatch):
     """Each rank converts its own slices, after sharding, packed for its own thread count (the core's
-    three torch threads are one per rank). Reached through the defaults on a CPU without BF16 (made
+    three torch threads are one per rank). Reached through the defaults on a CPU without AMX (made
     so here)."""
     from llmop.engine.device_caps import CpuFeatures
     from llmop.engine.llm import LLM
@@ -73,6 +81,7 @@ def test_tp3_over_fp16_weights_gives_the_tp1_tokens(fp16_llm, prompt_ids, monkey
         torch.set_num_threads(before)
     try:
         assert (tp3.engine.config.dtype, tp3.engine.config.quantization) == ("float32", "fp16")
+        assert [r.fp16_op for r in tp3.engine.executor.describe()] == ["fbgemm_linear_fp16_weight_fp32_activation"] * 3
         assert [list(o.token_ids) for o in tp3.generate(prompt_ids[:3], params)] == want
     finally:
         tp3.engine.shutdown()
@@ -106,10 +115,17 @@ def test_defaults_pick_fp16_weights_on_a_cpu_without_amx(fp16_llm, prompt_ids, m
         llm.engine.shutdown()
 
 
+def test_the_op_follows_the_threads():
+    from llmop.engine.fp16_weights import Fp16Op
+
+    assert Fp16Op.for_threads(1) is Fp16Op.ONE_THREAD
+    assert Fp16Op.for_threads(2) is Fp16Op.ALL_THREADS and Fp16Op.for_threads(64) is Fp16Op.ALL_THREADS
+
+
 @pytest.mark.parametrize("op_name", ["ONE_THREAD", "ALL_THREADS"])
 def test_each_fp16_op_matches_its_torch_reference(op_name):
-    """Both ops against `F.linear` over the fp16-rounded weight in fp32, on irregular shapes, 1-3
-    dimensional inputs of 1 to 37 rows, with and without a bias."""
+    """Both ops against `F.linear` over the fp16-rounded weight in fp32, on irregular shapes, 2-D
+    and 3-D inputs of 1 to 37 rows, with and without a bias."""
     from llmop.engine.fp16_weights import Fp16Op, Fp16WeightLinear
 
     gen = torch.Generator().manual_seed(7)

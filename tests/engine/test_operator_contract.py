@@ -527,7 +527,7 @@ def test_the_engines_choice_on_a_cpu_accelerator_runs_as_sized(quantization, cpu
                         lambda: CpuFeatures(cpu in ("bf16", "amx"), cpu == "amx", False))
     monkeypatch.setattr("llmop.engine.device_caps.fbgemm_fp16_available", lambda: True)
     before = torch.get_num_threads()
-    torch.set_num_threads(threads)  # one: as `llmop serve` runs on a 2-core node
+    torch.set_num_threads(threads)  # 1: as `llmop serve` runs on a 2-core node; 2: the all-threads fp16 op
     try:
         _on_a_cpu_accelerator(quantization, resolved)
     finally:

@@ -50,10 +50,10 @@ def test_weight_passes_after_lora_are_refused(hf_checkpoint_dir):
     apply_lora(model, ckpt.config.num_layers, LoraState(1, 4, get_lora_ops("torch", torch.device("cpu")), torch.device("cpu"), torch.float32))
     with pytest.raises(ValueError, match="before the LoRA pass"):
         quantize_int8(model, torch.float32)
-    from llmop.engine.fp16_weights import convert_fp16
+    from llmop.engine.fp16_weights import Fp16Op, convert_fp16
 
     with pytest.raises(ValueError, match="before the LoRA pass"):  # the same pass machinery
-        convert_fp16(model, torch.device("cpu"), torch.float32)
+        convert_fp16(model, torch.device("cpu"), torch.float32, Fp16Op.ONE_THREAD)
 
 
 def test_int8_says_when_it_cannot_pay():
